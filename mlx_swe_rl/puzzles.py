@@ -1,0 +1,170 @@
+"""Puzzles as data: one YAML file per puzzle under `<root>/<tier>/<id>.yaml`.
+
+Loading validates the schema and raises `PuzzleError` naming the file and the field.
+Whether the code behaves (buggy fails, oracle passes) is checked by `checks.check_puzzles`,
+which needs the sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+
+from .testplan import TestPlan, TestSyntaxError, plan_test
+
+SPLITS = ("train", "heldout")
+TIERS = ("easy", "medium", "hard")  # the bundled tiers; other sets may name their own
+FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle", "tests", "timeout")
+REQUIRED = FIELDS[:-1]
+NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
+MAX_TIMEOUT = 60.0
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "puzzles"
+
+
+class PuzzleError(ValueError):
+    """A puzzle file that does not follow the format; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    id: str
+    tier: str
+    split: str
+    entry_point: str
+    description: str
+    buggy: str
+    oracle: str
+    tests: tuple[str, ...]
+    timeout: float | None = None
+    path: Path | None = field(default=None, compare=False)
+
+    @cached_property
+    def plans(self) -> list[TestPlan]:
+        return [plan_test(t) for t in self.tests]
+
+
+def default_puzzle_dir() -> Path:
+    """The puzzles shipped with the project (next to the package in a source checkout)."""
+    if BUNDLED_DIR.is_dir():
+        return BUNDLED_DIR
+    return Path.cwd() / "puzzles"
+
+
+def _top_level_names(code: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def defines(code: str, name: str) -> bool:
+    """True when `code` parses and defines `name` at top level."""
+    try:
+        return name in _top_level_names(code)
+    except (SyntaxError, ValueError):
+        return False
+
+
+def parse_puzzle(data: object, path: Path) -> Puzzle:
+    """Validate one loaded YAML document and build the Puzzle."""
+
+    def fail(key: str, message: str) -> PuzzleError:
+        return PuzzleError(f"{path}: {key}: {message}")
+
+    if not isinstance(data, dict):
+        raise PuzzleError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
+    for key in data:
+        if key not in FIELDS:
+            close = difflib.get_close_matches(str(key), FIELDS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(FIELDS)})"
+            raise fail(str(key), f"unknown field{hint}")
+    for key in REQUIRED:
+        if key not in data:
+            raise fail(key, "missing")
+    for key in ("id", "tier", "split", "entry_point", "description", "buggy", "oracle"):
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise fail(key, "must be a non-empty string")
+    if not NAME.match(data["id"]):
+        raise fail("id", f"'{data['id']}' must use lowercase letters, digits, '_' and '-'")
+    if data["id"] != path.stem:
+        raise fail("id", f"'{data['id']}' must match the file name '{path.stem}'")
+    if data["tier"] != path.parent.name:
+        raise fail("tier", f"'{data['tier']}' must match the folder name '{path.parent.name}'")
+    if data["split"] not in SPLITS:
+        raise fail("split", f"'{data['split']}' must be one of {', '.join(SPLITS)}")
+    if not data["entry_point"].isidentifier():
+        raise fail("entry_point", f"'{data['entry_point']}' is not a Python name")
+    for key in ("buggy", "oracle"):
+        try:
+            ast.parse(data[key])
+        except SyntaxError as exc:
+            raise fail(key, f"line {exc.lineno}: {exc.msg}") from None
+        if not defines(data[key], data["entry_point"]):
+            raise fail(key, f"does not define entry_point '{data['entry_point']}'")
+    tests = data["tests"]
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
+        raise fail("tests", "must be a non-empty list of code strings")
+    for i, test in enumerate(tests):
+        try:
+            plan_test(test)
+        except TestSyntaxError as exc:
+            raise fail(f"tests[{i}]", str(exc)) from None
+    timeout = data.get("timeout")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+            raise fail("timeout", f"{timeout!r} must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
+        timeout = float(timeout)
+    return Puzzle(
+        id=data["id"], tier=data["tier"], split=data["split"], entry_point=data["entry_point"],
+        description=data["description"].strip(), buggy=data["buggy"], oracle=data["oracle"],
+        tests=tuple(tests), timeout=timeout, path=path,
+    )
+
+
+def load_puzzle(path: Path) -> Puzzle:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise PuzzleError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PuzzleError(f"{path}: cannot read: {exc}") from None
+    return parse_puzzle(data, path)
+
+
+def puzzle_files(root: Path) -> list[Path]:
+    """Puzzle files under `root` (a set directory with tier folders, or one tier folder)."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise PuzzleError(f"{root}: no such puzzle directory")
+    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_puzzles(root: Path | None = None, tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
+    """Load and validate every puzzle under `root`, optionally filtered by tier and split.
+    Puzzles are ordered by tier (easy, medium, hard, then others) and id."""
+    root = Path(root) if root is not None else default_puzzle_dir()
+    files = puzzle_files(root)
+    if not files:
+        raise PuzzleError(f"{root}: no puzzle files (*.yaml) found")
+    puzzles = [load_puzzle(p) for p in files]
+    seen: dict[str, Path] = {}
+    for p in puzzles:
+        if p.id in seen:
+            raise PuzzleError(f"{p.path}: id: '{p.id}' is also used by {seen[p.id]}")
+        seen[p.id] = p.path
+    if split not in ("all", *SPLITS):
+        raise PuzzleError(f"split: '{split}' must be one of all, {', '.join(SPLITS)}")
+    puzzles = [p for p in puzzles if (tiers is None or p.tier in tiers) and split in ("all", p.split)]
+    order = {t: i for i, t in enumerate(TIERS)}
+    return sorted(puzzles, key=lambda p: (order.get(p.tier, len(TIERS)), p.tier, p.id))

@@ -1,0 +1,87 @@
+"""Reward functions. Each maps one scored completion to a number; a reward spec combines
+them with weights (`{"tests": 1.0}` by default, as in the seed)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .puzzles import Puzzle, defines
+from .scoring import TestRun
+
+DEFAULT_REWARD: dict[str, float] = {"tests": 1.0}
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the reward functions see: the puzzle, the extracted code (None when the
+    response held no code) and the test run (None when the code was not run)."""
+
+    puzzle: Puzzle
+    code: str | None
+    run: TestRun | None
+
+
+def tests_reward(c: Completion) -> float:
+    """1.0 only when every test passes (the seed's binary reward)."""
+    return 1.0 if c.run is not None and c.run.all_passed else 0.0
+
+
+def partial_reward(c: Completion) -> float:
+    """The fraction of tests passed."""
+    return c.run.passed / c.run.total if c.run is not None and c.run.total else 0.0
+
+
+def normalise_source(code: str) -> str:
+    """Source with formatting and comments normalised away (via the AST) when it parses."""
+    try:
+        return ast.unparse(ast.parse(code))
+    except (SyntaxError, ValueError):
+        return "\n".join(line.rstrip() for line in code.strip().splitlines())
+
+
+def similarity_reward(c: Completion) -> float:
+    """SWE-RL's reward: difflib's SequenceMatcher ratio between the normalised candidate and
+    the normalised oracle, in [0, 1]; -1 for a format failure (no code in the response)."""
+    if c.code is None:
+        return -1.0
+    a, b = normalise_source(c.code), normalise_source(c.puzzle.oracle)
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def format_reward(c: Completion) -> float:
+    """1.0 when the response holds code that parses and defines the entry point."""
+    return 1.0 if c.code is not None and defines(c.code, c.puzzle.entry_point) else 0.0
+
+
+REWARDS: dict[str, Callable[[Completion], float]] = {
+    "tests": tests_reward,
+    "partial": partial_reward,
+    "similarity": similarity_reward,
+    "format": format_reward,
+}
+NEEDS_TESTS = {"tests", "partial"}
+
+
+def validate_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Check a reward spec: known names, numeric weights, at least one non-zero."""
+    if not weights:
+        raise ValueError("reward: at least one reward function is needed")
+    for name, weight in weights.items():
+        if name not in REWARDS:
+            close = difflib.get_close_matches(name, REWARDS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(REWARDS)}"
+            raise ValueError(f"reward.{name}: unknown reward function ({hint})")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ValueError(f"reward.{name}: weight {weight!r} must be a number")
+    if not any(weights.values()):
+        raise ValueError("reward: all weights are zero")
+    return {name: float(w) for name, w in weights.items()}
+
+
+def combine(c: Completion, weights: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+    """The weighted sum of the selected rewards, and each part unweighted."""
+    parts = {name: REWARDS[name](c) for name in weights}
+    return sum(weights[name] * value for name, value in parts.items()), parts

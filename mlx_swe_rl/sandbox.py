@@ -1,0 +1,179 @@
+"""Run untrusted candidate code against test probes, in confined child processes.
+
+Why the verdict cannot be forged
+--------------------------------
+The candidate runs in a child process it fully controls: it can exit early, print
+anything, patch builtins, the harness or `sys.modules`, and return objects whose
+`__eq__` always says True. None of that can produce a pass, because of how the verdict
+is built:
+
+1. The child never decides pass or fail. It evaluates each test's *probe* (the left
+   side of `assert probe == expected`) and writes the value, encoded as plain tagged data
+   (`sandbox_worker.encode`: exact builtin types only; any other object becomes an opaque
+   tag that equals nothing), to a dedicated result pipe. Exit codes, stdout and files are
+   never read as verdicts.
+2. The expected values are not in the child. They come from running the oracle in a
+   separate worker (`Sandbox(...)` instance of its own, see `scoring.Scorer`); the test
+   code sent to a candidate holds only the probe expressions, never the right-hand sides.
+3. The parent decodes the values into fresh builtin objects and compares them itself
+   (`verdict.same_value`), so no candidate-defined `__eq__` is ever called.
+
+So a candidate can only make a test pass by emitting the right value for it, which it has
+to compute (or know). A missing value (early exit, crash, timeout) is a failure.
+
+Confinement (per candidate): a fresh forked child in its own session and process group,
+in its own temporary directory, stdin at /dev/null, stdout and stderr captured to a capped
+file, a wall-clock deadline after which the whole group is killed, RLIMIT_CPU, RLIMIT_AS
+(Linux; elsewhere a watchdog polls the child's resident memory), RLIMIT_FSIZE,
+RLIMIT_NOFILE, RLIMIT_NPROC. When the trainer runs as root the child also drops to an
+unprivileged uid of its own (one per worker slot), so it cannot write outside its
+directory and world-writable places, and afterwards every process of that uid is killed
+and its files in /tmp, /var/tmp and /dev/shm are removed. Not a security boundary against
+a determined attacker (it cannot stop a non-root candidate from reading files the user
+can read); use a container for that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Queue
+
+WORKER_SCRIPT = Path(__file__).with_name("sandbox_worker.py")
+UID_BASE = 1_500_000_000
+SLOTS_PER_PROCESS = 64
+REPLY_GRACE_S = 15.0  # how long past the job deadline a silent worker is given before it is replaced
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to each candidate run."""
+
+    timeout: float = 4.0  # wall-clock seconds for loading the code and running all tests
+    memory_mb: int = 1024
+    output_bytes: int = 1 << 20  # stdout + stderr, captured to a file this big at most
+    result_bytes: int = 1 << 20  # the result pipe
+    max_procs: int = 16  # processes the candidate may start (where the OS enforces it)
+    keep_output: int = 2000  # bytes of captured output returned for logs
+
+
+@dataclass
+class Execution:
+    """What one candidate run reported: per-test lines from the child, and how it ended."""
+
+    load_error: str | None = None
+    tests: dict[int, dict] = field(default_factory=dict)  # index -> {"values": [...], "error": str?}
+    done: bool = False  # the harness reached its end
+    stop: str | None = None  # "timeout", "memory", "oversize" or None
+    exit: str = ""  # "exit 0", "SIGKILL", ...
+    output: str = ""
+    seconds: float = 0.0
+
+
+def parse_report(reply: dict) -> Execution:
+    """Turn a worker reply into an Execution. Lines are untrusted: the candidate could have
+    written to the pipe too, so malformed lines are skipped and the first line for a test wins."""
+    run = Execution(stop=reply.get("stop"), exit=reply.get("exit", ""), output=reply.get("output", ""),
+                    seconds=float(reply.get("seconds", 0.0)))
+    for line in reply.get("report", "").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if obj.get("done") is True:
+            run.done = True
+            break
+        if isinstance(obj.get("load_error"), str) and not run.tests:
+            run.load_error = obj["load_error"]
+        index = obj.get("test")
+        if type(index) is int and index not in run.tests and isinstance(obj.get("values"), list):
+            run.tests[index] = obj
+    return run
+
+
+class _Worker:
+    """One fork-server process; serves one job at a time."""
+
+    def __init__(self, uid: int | None):
+        self.uid = uid
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(WORKER_SCRIPT)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        return self.proc
+
+    def run(self, job: dict, limits: Limits) -> Execution:
+        proc = self._start()
+        job = dict(job, uid=self.uid, timeout=limits.timeout, memory_mb=limits.memory_mb,
+                   output_bytes=limits.output_bytes, result_bytes=limits.result_bytes,
+                   max_procs=limits.max_procs, keep_output=limits.keep_output)
+        try:
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], limits.timeout + REPLY_GRACE_S)
+            line = proc.stdout.readline() if ready else b""
+            return parse_report(json.loads(line))
+        except (OSError, ValueError):
+            self.close()  # a dead or confused worker is replaced on the next job
+            return Execution(stop="crashed", exit="sandbox worker died")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+class Sandbox:
+    """A pool of sandbox workers; runs candidates in parallel, results in input order."""
+
+    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None):
+        self.limits = limits
+        self.size = max(1, workers or os.cpu_count() or 1)
+        if drop_privileges is None:
+            drop_privileges = hasattr(os, "geteuid") and os.geteuid() == 0
+        base = UID_BASE + (os.getpid() % 100_000) * SLOTS_PER_PROCESS
+        self._workers = [_Worker(base + i if drop_privileges else None) for i in range(self.size)]
+        self._free: Queue[_Worker] = Queue()
+        for worker in self._workers:
+            self._free.put(worker)
+        self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="sandbox")
+        self._lock = threading.Lock()
+
+    def run(self, code: str, tests: list[list[list[str]]], limits: Limits | None = None) -> Execution:
+        """Execute `code`, then each test (a list of ["exec", src] / ["probe", expr] steps)."""
+        worker = self._free.get()
+        try:
+            return worker.run({"code": code, "tests": tests}, limits or self.limits)
+        finally:
+            self._free.put(worker)
+
+    def run_many(self, jobs: list[tuple[str, list, Limits | None]]) -> list[Execution]:
+        """Run (code, tests, limits) jobs in parallel across the workers."""
+        return list(self._pool.map(lambda job: self.run(*job), jobs))
+
+    def close(self) -> None:
+        with self._lock:
+            self._pool.shutdown(wait=True)
+            for worker in self._workers:
+                worker.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

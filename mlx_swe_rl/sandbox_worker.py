@@ -1,0 +1,307 @@
+"""Fork server that runs untrusted candidate code; the trusted half of the sandbox.
+
+This file is executed as a script (`python -I -S sandbox_worker.py`) by
+`mlx_swe_rl.sandbox`, never imported by the trainer, and uses the standard library
+only. It pre-imports the modules candidate code may use, then serves one job per line
+of stdin: fork a child, confine it, let it run the candidate and the test probes, collect
+what the child wrote on its result pipe, kill everything the child left behind, and answer
+with one JSON line on stdout.
+
+The child reports *values* (what each probe expression evaluated to), encoded as plain
+data; it never reports pass or fail. The parent process compares those values with the
+expected values, which come from a separate oracle run and never enter a candidate's
+process. See `mlx_swe_rl.sandbox` for why that makes the verdict unforgeable.
+"""
+
+import builtins
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# Candidate code may import these. They are loaded here, before any fork, because after
+# the privilege drop the interpreter's own library directory may be unreadable (a
+# pyenv under /root, say); importing anything else then fails, which is intended.
+PRELOADED = (
+    "math cmath collections collections.abc itertools functools heapq bisect copy string "
+    "re operator typing dataclasses fractions decimal statistics random enum array "
+    "textwrap json"
+).split()
+for _name in PRELOADED:
+    __import__(_name)
+
+RESULT_FD = 3
+OUTPUT_FILE = "output.txt"
+MAX_NODES = 20_000
+MAX_DEPTH = 40
+MAX_TEXT = 100_000
+DONE_LINE = b'{"done": true}\n'
+
+# Held before candidate code runs, so a candidate that rebinds builtins cannot break
+# the encoder (it could only make its own values unreadable, which scores as a failure).
+_type, _len, _repr, _isinstance = type, len, repr, isinstance
+_dumps = json.dumps
+_write, _exit = os.write, os._exit
+
+
+# ----------------------------------------------------------------------------- child side
+def encode(value, budget=None, depth=0):
+    """Encode a value as tagged JSON data. Only exact builtin types are kept: a subclass or
+    any other object (an AlwaysEqual, say) becomes {"o": type name}, which equals nothing."""
+    if budget is None:
+        budget = [MAX_NODES]
+    budget[0] -= 1
+    t = _type(value)
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        return {"o": "<too large>"}
+    if value is None or t is bool or t is str and _len(value) <= MAX_TEXT:
+        return value
+    if t is int:
+        return value if value.bit_length() <= 4096 else {"o": "<huge int>"}
+    if t is float:
+        return {"f": value}
+    if t is bytes and _len(value) <= MAX_TEXT:
+        return {"b": value.hex()}
+    tags = {list: "l", tuple: "t", set: "s", frozenset: "z"}
+    if t in tags:
+        # exact builtin containers: iteration cannot be overridden
+        return {tags[t]: [encode(v, budget, depth + 1) for v in value]}
+    if t is dict:
+        return {"d": [[encode(k, budget, depth + 1), encode(v, budget, depth + 1)] for k, v in value.items()]}
+    return {"o": getattr(t, "__name__", "?") if _isinstance(t, type) else "?"}
+
+
+def describe(exc):
+    """One line naming an exception raised by candidate code (never raises itself)."""
+    try:
+        name = _type(exc).__name__
+        text = str(exc)
+    except BaseException:  # a hostile __str__
+        return "exception"
+    return f"{name}: {text}"[:500] if text else name
+
+
+def emit(obj):
+    data = (_dumps(obj) + "\n").encode()
+    while data:
+        data = data[_write(RESULT_FD, data):]
+
+
+def run_candidate(code, tests):
+    """Execute the candidate, then each test's steps in one shared namespace, emitting one
+    line per test. Steps are ["exec", source] or ["probe", expression]."""
+    namespace = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        exec(compile(code, "<candidate>", "exec"), namespace)
+    except BaseException as exc:
+        emit({"load_error": describe(exc)})
+        emit({"done": True})
+        return
+    for index, steps in enumerate(tests):
+        values = []
+        try:
+            for kind, source in steps:
+                if kind == "exec":
+                    exec(compile(source, f"<test {index}>", "exec"), namespace)
+                else:
+                    values.append(encode(eval(compile(source, f"<test {index}>", "eval"), namespace)))
+            emit({"test": index, "values": values})
+        except BaseException as exc:
+            emit({"test": index, "values": values, "error": describe(exc)})
+    emit({"done": True})
+
+
+def _set_limit(which, value):
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        pass  # not supported here (RLIMIT_AS on macOS, say); the watchdog covers memory
+
+
+def _count_processes_of(uid):
+    try:
+        return sum(1 for p in os.listdir("/proc") if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid)
+    except OSError:
+        return 0
+
+
+def child_main(job, workdir, result_w):
+    """Confine this freshly forked process, then run the candidate. Never returns."""
+    os.setsid()
+    os.chdir(workdir)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.dup2(result_w, RESULT_FD)
+    os.closerange(RESULT_FD + 1, 1 << 16)
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long output fails a write instead
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+
+    cpu = int(job["timeout"]) + 2
+    _set_limit(resource.RLIMIT_CPU, cpu)
+    _set_limit(resource.RLIMIT_FSIZE, job["output_bytes"])
+    _set_limit(resource.RLIMIT_CORE, 0)
+    _set_limit(resource.RLIMIT_NOFILE, 64)
+    if sys.platform.startswith("linux"):
+        _set_limit(resource.RLIMIT_AS, job["memory_mb"] << 20)
+    uid = job.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        _set_limit(resource.RLIMIT_NPROC, job["max_procs"])
+        os.setresuid(uid, uid, uid)
+    elif sys.platform.startswith("linux"):
+        # RLIMIT_NPROC counts every process of the user, so allow what already runs plus a few
+        _set_limit(resource.RLIMIT_NPROC, _count_processes_of(os.getuid()) + job["max_procs"])
+    run_candidate(job["code"], job["tests"])
+    _exit(0)
+
+
+# ---------------------------------------------------------------------------- server side
+def _rss_bytes(pid):
+    """Resident memory of a process, for the watchdog where RLIMIT_AS does not work."""
+    try:
+        out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, timeout=2)
+        return int(out.stdout.strip() or 0) * 1024
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def collect(read_fd, pid, deadline, cap, memory_bytes):
+    """Read the child's result pipe until it reports done, closes, or the deadline passes."""
+    received = bytearray()
+    watchdog = not sys.platform.startswith("linux")
+    next_check = 0.0
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return bytes(received), "timeout"
+        if watchdog and now >= next_check:
+            next_check = now + 0.1
+            if _rss_bytes(pid) > memory_bytes:
+                return bytes(received), "memory"
+        ready, _, _ = select.select([read_fd], [], [], min(0.1, deadline - now))
+        if not ready:
+            continue
+        data = os.read(read_fd, 65536)
+        if not data:
+            return bytes(received), None
+        received += data
+        if len(received) > cap:
+            return bytes(received[:cap]), "oversize"
+        if received.endswith(DONE_LINE):  # the harness's last line: stop waiting for stragglers
+            return bytes(received), None
+
+
+def kill_user(uid):
+    """Kill every process owned by `uid`, including ones that left the process group."""
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)  # every process this uid may signal, but itself
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def remove_files_of(uid):
+    """Delete what `uid` left in the world-writable directories it could reach."""
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def exit_description(status):
+    if os.WIFSIGNALED(status):
+        try:
+            return signal.Signals(os.WTERMSIG(status)).name
+        except ValueError:
+            return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.WEXITSTATUS(status)}"
+
+
+def run_job(job, root):
+    """Run one candidate in a fresh child and return what it reported."""
+    workdir = tempfile.mkdtemp(prefix="job-", dir=root)
+    uid = job.get("uid")
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    read_fd, write_fd = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            child_main(job, workdir, write_fd)
+        finally:
+            os._exit(70)
+    os.close(write_fd)
+    data, stop = collect(read_fd, pid, start + job["timeout"], job["result_bytes"], job["memory_mb"] << 20)
+    os.close(read_fd)
+    seconds = time.monotonic() - start
+    try:
+        os.killpg(pid, signal.SIGKILL)  # threads left running, children in the group
+    except OSError:
+        pass
+    if uid is not None:
+        kill_user(uid)
+    _, status = os.waitpid(pid, 0)
+    if uid is not None:
+        remove_files_of(uid)
+    try:
+        with open(os.path.join(workdir, OUTPUT_FILE), "rb") as f:
+            output = f.read(job["keep_output"]).decode("utf-8", "replace")
+    except OSError:
+        output = ""
+    shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "report": data.decode("utf-8", "replace"),
+        "stop": stop,
+        "exit": exit_description(status),
+        "output": output,
+        "seconds": seconds,
+    }
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
+    os.chmod(root, 0o711)  # a dropped uid must reach its own job directory inside
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    out = sys.stdout.buffer
+    try:
+        for line in sys.stdin.buffer:
+            reply = run_job(json.loads(line), root)
+            out.write(json.dumps(reply).encode() + b"\n")
+            out.flush()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The one scorer: run candidate code against a puzzle's tests and judge the results.
+
+Training, rollouts, evaluation and `puzzles check` all go through `Scorer`, so a
+completion gets the same verdict wherever it is scored.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from .puzzles import Puzzle, PuzzleError
+from .sandbox import Execution, Limits, Sandbox
+from .verdict import Expectation, TestResult, judge, oracle_expectations
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """A candidate's per-test results on one puzzle."""
+
+    results: list[TestResult]
+    output: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.total > 0 and self.passed == self.total
+
+
+class Scorer:
+    """Scores code for puzzles in a pool of sandbox workers.
+
+    Expected values come from running each puzzle's oracle once, in a sandbox pool of its
+    own, so no candidate process ever holds them (see `sandbox`)."""
+
+    def __init__(self, workers: int | None = None, limits: Limits = Limits()):
+        self.limits = limits
+        self.sandbox = Sandbox(workers, limits)
+        self._oracle_box: Sandbox | None = None
+        self._expected: dict[str, list[list[Expectation]]] = {}
+        self._lock = threading.Lock()
+
+    def limits_for(self, puzzle: Puzzle) -> Limits:
+        return replace(self.limits, timeout=puzzle.timeout) if puzzle.timeout else self.limits
+
+    def oracle_runs(self, puzzles: list[Puzzle]) -> list[Execution]:
+        """Run each puzzle's oracle with the expected-value probes (trusted code only)."""
+        with self._lock:
+            if self._oracle_box is None:
+                self._oracle_box = Sandbox(min(2, self.sandbox.size), self.limits)
+        jobs = [(p.oracle, [plan.oracle_steps for plan in p.plans], self.limits_for(p)) for p in puzzles]
+        return self._oracle_box.run_many(jobs)
+
+    def expectations(self, puzzles: list[Puzzle]) -> None:
+        """Compute and cache the expected values of puzzles not seen yet."""
+        todo = list({p.id: p for p in puzzles if p.id not in self._expected}.values())
+        if not todo:
+            return
+        for puzzle, run in zip(todo, self.oracle_runs(todo)):
+            expects, problems = oracle_expectations(run, puzzle.plans)
+            if problems:
+                raise PuzzleError(f"{puzzle.path or puzzle.id}: oracle: {problems[0]}")
+            self._expected[puzzle.id] = expects
+
+    def run_many(self, items: list[tuple[Puzzle, str]]) -> list[TestRun]:
+        """Score (puzzle, code) pairs in parallel; results in input order."""
+        self.expectations([p for p, _ in items])
+        jobs = [(code, [plan.candidate_steps for plan in p.plans], self.limits_for(p)) for p, code in items]
+        runs = self.sandbox.run_many(jobs)
+        return [
+            TestRun(judge(run, self._expected[p.id]), run.output, run.seconds)
+            for (p, _), run in zip(items, runs)
+        ]
+
+    def run(self, puzzle: Puzzle, code: str) -> TestRun:
+        return self.run_many([(puzzle, code)])[0]
+
+    def close(self) -> None:
+        self.sandbox.close()
+        if self._oracle_box is not None:
+            self._oracle_box.close()
+
+    def __enter__(self) -> "Scorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
