@@ -237,6 +237,53 @@ def remove_files_of(uid):
                 pass
 
 
+def become_subreaper():
+    """On Linux, orphaned descendants of a job (daemons that left its session) are
+    re-parented to this worker instead of init, so it can find, kill and reap them."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            pass
+
+
+def _children():
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+
+
+def _reap_exited():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def reap_descendants():
+    """Kill and reap every remaining child of this worker (the job's re-parented orphans;
+    killing one may orphan its own children to us, hence the rounds)."""
+    for _ in range(400):
+        children = _children()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap_exited()
+        if not children:
+            return
+        time.sleep(0.005)
+
+
 def exit_description(status):
     if os.WIFSIGNALED(status):
         try:
@@ -272,6 +319,7 @@ def run_job(job, root):
     if uid is not None:
         kill_user(uid)
     _, status = os.waitpid(pid, 0)
+    reap_descendants()
     if uid is not None:
         remove_files_of(uid)
     try:
@@ -290,6 +338,7 @@ def run_job(job, root):
 
 
 def main():
+    become_subreaper()
     root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
     os.chmod(root, 0o711)  # a dropped uid must reach its own job directory inside
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle

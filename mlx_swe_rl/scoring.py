@@ -41,9 +41,9 @@ class Scorer:
     Expected values come from running each puzzle's oracle once, in a sandbox pool of its
     own, so no candidate process ever holds them (see `sandbox`)."""
 
-    def __init__(self, workers: int | None = None, limits: Limits = Limits()):
+    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None):
         self.limits = limits
-        self.sandbox = Sandbox(workers, limits)
+        self.sandbox = Sandbox(workers, limits, drop_privileges)
         self._oracle_box: Sandbox | None = None
         self._expected: dict[str, list[list[Expectation]]] = {}
         self._lock = threading.Lock()
