@@ -11,7 +11,7 @@ from .puzzles import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles,
 
 
 def fail(message: str) -> None:
-    """Stop with a one-line error and exit status 2 (user mistakes get no traceback)."""
+    """Stop with a one-line error and exit status 1 (user mistakes get no traceback)."""
     raise click.ClickException(message)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 
 from .puzzles import Puzzle, defines
 
@@ -19,9 +20,7 @@ Task: {description}
 
 Reply with the complete corrected code in a single ```python code block."""
 
-# An opening fence (``` with an optional language tag) up to the closing fence or the end
-# of the text, so a completion cut off by the token limit still yields its code.
-FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.S | re.M)
+FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)")
 PYTHON_TAGS = {"python", "py", "python3", ""}
 
 
@@ -29,6 +28,27 @@ def build_messages(puzzle: Puzzle) -> list[dict[str, str]]:
     """Chat messages asking the model to fix `puzzle` (tests are not shown: they are the verifier)."""
     user = USER_TEMPLATE.format(description=puzzle.description, code=puzzle.buggy.rstrip())
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language tag, dedented body) of each fenced block. Any fence line closes an open
+    block (models sometimes close with ```python or a longer fence), and a block cut off
+    by the token limit runs to the end of the text, so its code is still found."""
+    blocks: list[tuple[str, str]] = []
+    tag, body = None, []
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        fence = FENCE_LINE.match(line)
+        if tag is None:
+            if fence:
+                tag, body = fence.group(2).lower(), []
+        elif fence:
+            blocks.append((tag, textwrap.dedent("\n".join(body))))
+            tag = None
+        else:
+            body.append(line)
+    if tag is not None:
+        blocks.append((tag, textwrap.dedent("\n".join(body))))
+    return blocks
 
 
 def _parses(code: str) -> bool:
@@ -46,8 +66,7 @@ def extract_code(response: str, entry_point: str | None = None) -> str | None:
     `entry_point`; failing that, the last such block. Models often quote the buggy code
     first and give the fix after it, so the last defining block is the answer. With no
     fences, the whole response counts if it parses as Python and defines `entry_point`."""
-    blocks = [(tag.lower(), body) for tag, body in FENCE.findall(response)]
-    candidates = [body.strip("\n") for tag, body in blocks if tag in PYTHON_TAGS and body.strip()]
+    candidates = [body.strip("\n") for tag, body in fenced_blocks(response) if tag in PYTHON_TAGS and body.strip()]
     if candidates:
         if entry_point is not None:
             defining = [c for c in candidates if defines(c, entry_point)]

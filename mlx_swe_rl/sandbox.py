@@ -85,7 +85,7 @@ def parse_report(reply: dict) -> Execution:
     for line in reply.get("report", "").splitlines():
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # junk the candidate wrote to the pipe
             continue
         if not isinstance(obj, dict):
             continue

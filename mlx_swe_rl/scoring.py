@@ -35,6 +35,11 @@ class TestRun:
         return self.total > 0 and self.passed == self.total
 
 
+def _key(puzzle: Puzzle) -> tuple:
+    """Expected values depend on the oracle and the tests, not only on the id."""
+    return puzzle.id, puzzle.oracle, puzzle.tests
+
+
 class Scorer:
     """Scores code for puzzles in a pool of sandbox workers.
 
@@ -45,7 +50,7 @@ class Scorer:
         self.limits = limits
         self.sandbox = Sandbox(workers, limits, drop_privileges)
         self._oracle_box: Sandbox | None = None
-        self._expected: dict[str, list[list[Expectation]]] = {}
+        self._expected: dict[tuple, list[list[Expectation]]] = {}
         self._lock = threading.Lock()
 
     def limits_for(self, puzzle: Puzzle) -> Limits:
@@ -61,14 +66,14 @@ class Scorer:
 
     def expectations(self, puzzles: list[Puzzle]) -> None:
         """Compute and cache the expected values of puzzles not seen yet."""
-        todo = list({p.id: p for p in puzzles if p.id not in self._expected}.values())
+        todo = list({_key(p): p for p in puzzles if _key(p) not in self._expected}.values())
         if not todo:
             return
         for puzzle, run in zip(todo, self.oracle_runs(todo)):
             expects, problems = oracle_expectations(run, puzzle.plans)
             if problems:
                 raise PuzzleError(f"{puzzle.path or puzzle.id}: oracle: {problems[0]}")
-            self._expected[puzzle.id] = expects
+            self._expected[_key(puzzle)] = expects
 
     def run_many(self, items: list[tuple[Puzzle, str]]) -> list[TestRun]:
         """Score (puzzle, code) pairs in parallel; results in input order."""
@@ -76,7 +81,7 @@ class Scorer:
         jobs = [(code, [plan.candidate_steps for plan in p.plans], self.limits_for(p)) for p, code in items]
         runs = self.sandbox.run_many(jobs)
         return [
-            TestRun(judge(run, self._expected[p.id]), run.output, run.seconds)
+            TestRun(judge(run, self._expected[_key(p)]), run.output, run.seconds)
             for (p, _), run in zip(items, runs)
         ]
 

@@ -19,6 +19,8 @@ EQUAL, TRUTHY, FALSY = "equal", "truthy", "falsy"
 class TestSyntaxError(ValueError):
     """A test snippet that cannot be turned into probes."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 @dataclass(frozen=True)
 class TestPlan:
@@ -26,6 +28,26 @@ class TestPlan:
     candidate_steps: list[list[str]]  # ["exec", src] / ["probe", expr]; no expected values
     oracle_steps: list[list[str]]  # as above, with a probe of EXPECTED after each EQUAL probe
     checks: list[str]  # one of EQUAL / TRUTHY / FALSY per probe
+
+
+# Builtins whose result a truthy probe would take on trust: `assert all(...)` computes its
+# True inside the candidate's process, where the candidate can patch `all` or hand it
+# objects whose __bool__ lies. Such checks must compare the value itself: `assert X == Y`.
+TRUSTING_CALLS = {"all", "any", "bool", "callable", "hasattr", "isinstance", "issubclass", "len"}
+
+
+def _check_probe(probe: ast.expr, mode: str, lineno: int) -> None:
+    """Comparisons and logic in a probe would run in the candidate's process, where an
+    AlwaysEqual object could answer them; they belong at the top of the assert."""
+    for node in ast.walk(probe):
+        if isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            raise TestSyntaxError(
+                f"line {lineno}: the checked expression may not contain comparisons or and/or/not "
+                "(they would run inside the candidate's process); use 'assert X == Y'")
+    if mode != EQUAL and isinstance(probe, ast.Call) and isinstance(probe.func, ast.Name) and probe.func.id in TRUSTING_CALLS:
+        raise TestSyntaxError(
+            f"line {lineno}: 'assert {probe.func.id}(...)' is decided inside the candidate's process; "
+            "check the value itself with 'assert X == Y'")
 
 
 def _assert_parts(node: ast.Assert) -> tuple[str, ast.expr, ast.expr | None]:
@@ -60,6 +82,7 @@ def plan_test(source: str) -> TestPlan:
     for stmt in module.body:
         if isinstance(stmt, ast.Assert):
             mode, probe, expected = _assert_parts(stmt)
+            _check_probe(probe, mode, stmt.lineno)
             checks.append(mode)
             candidate.append(["probe", ast.unparse(probe)])
             oracle.append(["probe", ast.unparse(probe)])

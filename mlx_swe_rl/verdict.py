@@ -91,16 +91,34 @@ def same_value(got: Any, expected: Any) -> bool:
     if type(got) in numbers and type(expected) in numbers:
         if type(got) is int and type(expected) is int:
             return got == expected
-        return got == expected or math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+        try:
+            return got == expected or math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+        except OverflowError:  # an int beyond float range: == above already said no
+            return False
     if type(got) is not type(expected):
         return False
     if isinstance(got, (list, tuple)):
         return len(got) == len(expected) and all(same_value(a, b) for a, b in zip(got, expected))
-    if isinstance(got, dict):
-        return got.keys() == expected.keys() and all(same_value(got[k], expected[k]) for k in got)
     if contains_opaque(got) or contains_opaque(expected):
         return False
-    return got == expected  # str, bytes, None, sets of plain hashable data
+    if isinstance(got, dict):
+        keys = {_typed_key(k): k for k in expected}
+        return len(got) == len(expected) and all(
+            _typed_key(k) in keys and same_value(v, expected[keys[_typed_key(k)]]) for k, v in got.items())
+    if isinstance(got, (set, frozenset)):
+        return {_typed_key(v) for v in got} == {_typed_key(v) for v in expected}
+    return got == expected  # str, bytes, None
+
+
+def _typed_key(value: Any) -> Any:
+    """A hashable stand-in under which True and 1 (or 1.0) differ, for set members and dict keys."""
+    if type(value) is bool:
+        return ("bool", value)
+    if type(value) is tuple:
+        return ("tuple", tuple(_typed_key(v) for v in value))
+    if type(value) is frozenset:
+        return ("frozenset", frozenset(_typed_key(v) for v in value))
+    return value
 
 
 def short(value: Any, limit: int = 120) -> str:

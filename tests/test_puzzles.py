@@ -302,7 +302,7 @@ def test_check_reports_bad_behaviour(tmp_path, scorer):
     flaky = puzzle_data(
         id="chk_flaky", description="Always return 0.",
         buggy="def add_one(x):\n    return x\n", oracle="def add_one(x):\n    return 0\n",
-        tests=["import random\nassert add_one(int(random.random() < 0.5)) == 0"] * 24)
+        tests=["import random\ncoin = int(random.random() < 0.5)\nassert add_one(coin) == 0"] * 24)
     good = puzzle_data(id="chk_good")
     for data in (buggy_passes, oracle_fails, oracle_crashes, flaky, good):
         write_puzzle(tmp_path, data)

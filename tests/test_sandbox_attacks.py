@@ -81,6 +81,12 @@ ATTACKS: dict[str, str] = {
         def add(a, b): return None
         def tag(): return True
     """,
+    "nested_junk_on_pipe": """
+        import os
+        os.write(3, b"[" * 200000 + b"\\n" + b'{"test": 0, "values": ' + b"[" * 100000 + b"\\n")
+        def add(a, b): return None
+        def tag(): return None
+    """,
     "close_result_pipe": """
         import os
         os.close(3)

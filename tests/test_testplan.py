@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_swe_rl import testplan
-from mlx_swe_rl.testplan import EQUAL, FALSY, TRUTHY, plan_test
+from mlx_swe_rl.testplan import EQUAL, FALSY, TRUTHY, TestSyntaxError, plan_test
 
 SyntaxProblem = testplan.TestSyntaxError  # not named Test* here, so pytest does not collect it
 
@@ -67,12 +67,6 @@ def test_expected_values_never_reach_the_candidate():
     assert probes == ["f(xs)", "{'secret': [4242, 'EXPECTED']}", "g()", "'HIDDEN'"]
 
 
-def test_not_equal_under_not_is_a_falsy_probe():
-    plan = plan_test("assert not (f(1) == 2)")
-    assert plan.checks == [FALSY]
-    assert plan.candidate_steps == [["probe", "f(1) == 2"]]
-
-
 def test_assert_message_is_ignored():
     plan = plan_test("assert f(1) == 2, 'f(1) should be two'")
     assert plan.oracle_steps == [["probe", "f(1)"], ["probe", "2"]]
@@ -98,3 +92,25 @@ def test_errors(source, detail):
 def test_error_names_the_offending_line():
     with pytest.raises(SyntaxProblem, match="line 3"):
         plan_test("x = 1\nassert f(x) == 2\nassert f(x) != 3")
+
+
+@pytest.mark.parametrize("source", [
+    "assert all(f(i) == i for i in range(3))",
+    "assert f(1) > 0 == True",
+    "assert (f(1) == 2) == True",
+    "assert f(1) and f(2)",
+    "assert not (f(1) or f(2))",
+    "assert isinstance(f(1), int)",
+    "assert not any(f(3))",
+    "assert not (f(1) == 2)",  # a candidate whose __eq__ always says False would pass it
+])
+def test_probes_that_the_candidate_process_would_decide_are_rejected(source):
+    """Comparisons, and/or/not, or trusting builtins inside the checked expression would be
+    evaluated in the candidate's process, where an AlwaysEqual or a patched builtin decides."""
+    with pytest.raises(TestSyntaxError):
+        plan_test(source)
+
+
+def test_plain_probes_are_accepted():
+    plan = plan_test("assert f([1, 2])[0] == 1\nassert g.search('x')\nassert not h(1)")
+    assert plan.checks == ["equal", "truthy", "falsy"]
