@@ -25,10 +25,12 @@ Confinement (per candidate): a fresh forked child in its own session and process
 in its own temporary directory, stdin at /dev/null, stdout and stderr captured to a capped
 file, a wall-clock deadline after which the whole group is killed, RLIMIT_CPU, RLIMIT_AS
 (Linux; elsewhere a watchdog polls the child's resident memory), RLIMIT_FSIZE,
-RLIMIT_NOFILE, RLIMIT_NPROC. When the trainer runs as root the child also drops to an
-unprivileged uid of its own (one per worker slot), so it cannot write outside its
-directory and world-writable places, and afterwards every process of that uid is killed
-and its files in /tmp, /var/tmp and /dev/shm are removed. Not a security boundary against
+RLIMIT_NOFILE, RLIMIT_NPROC. On Linux each worker is a child subreaper: processes that
+leave the job's session (daemons) are re-parented to it and killed and reaped after the
+job. When the trainer runs as root the child also drops to an unprivileged uid of its own
+(one per worker slot), so it cannot write outside its directory and world-writable
+places; its files in /tmp, /var/tmp and /dev/shm are removed afterwards and, where there
+is no subreaper, every process of that uid is killed. Not a security boundary against
 a determined attacker (it cannot stop a non-root candidate from reading files the user
 can read); use a container for that.
 """

@@ -244,9 +244,10 @@ def become_subreaper():
         try:
             import ctypes
 
-            ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+            return ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
         except (OSError, AttributeError):
             pass
+    return False
 
 
 def _children():
@@ -293,7 +294,7 @@ def exit_description(status):
     return f"exit {os.WEXITSTATUS(status)}"
 
 
-def run_job(job, root):
+def run_job(job, root, subreaper):
     """Run one candidate in a fresh child and return what it reported."""
     workdir = tempfile.mkdtemp(prefix="job-", dir=root)
     uid = job.get("uid")
@@ -316,8 +317,8 @@ def run_job(job, root):
         os.killpg(pid, signal.SIGKILL)  # threads left running, children in the group
     except OSError:
         pass
-    if uid is not None:
-        kill_user(uid)
+    if uid is not None and not subreaper:
+        kill_user(uid)  # without a subreaper, escaped processes are found by their uid
     _, status = os.waitpid(pid, 0)
     reap_descendants()
     if uid is not None:
@@ -338,14 +339,14 @@ def run_job(job, root):
 
 
 def main():
-    become_subreaper()
+    subreaper = become_subreaper()
     root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
     os.chmod(root, 0o711)  # a dropped uid must reach its own job directory inside
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     out = sys.stdout.buffer
     try:
         for line in sys.stdin.buffer:
-            reply = run_job(json.loads(line), root)
+            reply = run_job(json.loads(line), root, subreaper)
             out.write(json.dumps(reply).encode() + b"\n")
             out.flush()
     finally:
