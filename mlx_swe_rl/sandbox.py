@@ -40,8 +40,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -108,11 +110,15 @@ class _Worker:
     def __init__(self, uid: int | None):
         self.uid = uid
         self.proc: subprocess.Popen | None = None
+        self.root: str | None = None
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
+            os.chmod(self.root, 0o711)  # a dropped uid must reach its own job directory inside
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(WORKER_SCRIPT)],
+                [sys.executable, "-I", "-S", str(WORKER_SCRIPT), self.root],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
@@ -137,7 +143,12 @@ class _Worker:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                stream.close()
             self.proc = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
 
 class Sandbox:

@@ -339,18 +339,14 @@ def run_job(job, root, subreaper):
 
 
 def main():
+    root = sys.argv[1]  # created (0711, so a dropped uid can reach its job directory) and removed by the parent
     subreaper = become_subreaper()
-    root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
-    os.chmod(root, 0o711)  # a dropped uid must reach its own job directory inside
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     out = sys.stdout.buffer
-    try:
-        for line in sys.stdin.buffer:
-            reply = run_job(json.loads(line), root, subreaper)
-            out.write(json.dumps(reply).encode() + b"\n")
-            out.flush()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    for line in sys.stdin.buffer:
+        reply = run_job(json.loads(line), root, subreaper)
+        out.write(json.dumps(reply).encode() + b"\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -358,3 +358,12 @@ def test_cleanup_without_privilege_drop(name):
         assert time.monotonic() - start <= TIMEOUT + 2.0
         assert stray_processes(plain) == []
         assert plain_env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0][0] == 1.0
+
+
+def test_closing_the_scorer_removes_workers_and_their_directories():
+    with Scorer(workers=2, limits=Limits(timeout=TIMEOUT)) as own:
+        CodeFixEnv([PUZZLE], own).score([(PUZZLE.id, _fenced(ATTACKS["kill_the_worker"]))] * 2)
+        CodeFixEnv([PUZZLE], own).score([(PUZZLE.id, _fenced(PUZZLE.oracle))] * 2)
+        workers = [(w.proc, w.root) for w in own.sandbox._workers if w.proc is not None]
+        assert workers and all(Path(root).is_dir() for _, root in workers)
+    assert all(proc.poll() is not None and not Path(root).exists() for proc, root in workers)
