@@ -34,9 +34,8 @@ def main(n_puzzles: int, group: int, repeats: int, workers: int | None, out: Pat
     start = time.perf_counter()
     with Scorer(workers) as scorer:
         scorer.run_many(items[:1])
-        cold = time.perf_counter() - start  # worker start-up + every oracle's expected values
         scorer.expectations(puzzles)
-        cold = time.perf_counter() - start
+        cold = time.perf_counter() - start  # worker start-up + every oracle's expected values
         times, passed = [], 0
         for _ in range(repeats):
             t = time.perf_counter()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from .puzzles import Puzzle
 from .scoring import Scorer, TestRun
-from .verdict import TIMEOUT, oracle_expectations
+from .verdict import TIMEOUT
 
 ORACLE_BUDGET_SHARE = 0.5  # an oracle must finish in half its timeout, leaving room for slower fixes
 
@@ -31,17 +31,17 @@ def _statuses(run: TestRun) -> list[str]:
 def check_puzzles(puzzles: list[Puzzle], scorer: Scorer) -> list[CheckReport]:
     """Validate the behaviour of each puzzle; returns one report per puzzle, in order."""
     reports = [CheckReport(p) for p in puzzles]
+    oracle = scorer.prepare(puzzles)
     good: list[CheckReport] = []
-    for report, run in zip(reports, scorer.oracle_runs(puzzles)):
+    for report in reports:
         p = report.puzzle
-        _, problems = oracle_expectations(run, p.plans)
+        problems, seconds = oracle.get(p.id, ([], 0.0))
         report.problems += problems
         budget = scorer.limits_for(p).timeout
-        if not problems and run.seconds > budget * ORACLE_BUDGET_SHARE:
-            report.problems.append(f"oracle took {run.seconds:.2f}s, over half its {budget:g}s time budget")
+        if not problems and seconds > budget * ORACLE_BUDGET_SHARE:
+            report.problems.append(f"oracle took {seconds:.2f}s, over half its {budget:g}s time budget")
         if not report.problems:
             good.append(report)
-    scorer.expectations([r.puzzle for r in good])
     items = [(r.puzzle, code) for r in good for code in (r.puzzle.oracle, r.puzzle.oracle, r.puzzle.buggy, r.puzzle.buggy)]
     runs = scorer.run_many(items)
     for i, report in enumerate(good):

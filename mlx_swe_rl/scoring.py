@@ -56,24 +56,32 @@ class Scorer:
     def limits_for(self, puzzle: Puzzle) -> Limits:
         return replace(self.limits, timeout=puzzle.timeout) if puzzle.timeout else self.limits
 
-    def oracle_runs(self, puzzles: list[Puzzle]) -> list[Execution]:
-        """Run each puzzle's oracle with the expected-value probes (trusted code only)."""
+    def prepare(self, puzzles: list[Puzzle]) -> dict[str, tuple[list[str], float]]:
+        """Run the oracle (with the expected-value probes) of each puzzle not seen yet and
+        cache the expected values of those whose oracle passes its own tests. Returns
+        {puzzle id: (problems, oracle seconds)} for the puzzles it ran."""
+        todo = list({_key(p): p for p in puzzles if _key(p) not in self._expected}.values())
+        if not todo:
+            return {}
         with self._lock:
             if self._oracle_box is None:
                 self._oracle_box = Sandbox(min(2, self.sandbox.size), self.limits)
-        jobs = [(p.oracle, [plan.oracle_steps for plan in p.plans], self.limits_for(p)) for p in puzzles]
-        return self._oracle_box.run_many(jobs)
+        jobs = [(p.oracle, [plan.oracle_steps for plan in p.plans], self.limits_for(p)) for p in todo]
+        found = {}
+        for puzzle, run in zip(todo, self._oracle_box.run_many(jobs)):
+            expects, problems = oracle_expectations(run, puzzle.plans)
+            if not problems:
+                self._expected[_key(puzzle)] = expects
+            found[puzzle.id] = (problems, run.seconds)
+        return found
 
     def expectations(self, puzzles: list[Puzzle]) -> None:
-        """Compute and cache the expected values of puzzles not seen yet."""
-        todo = list({_key(p): p for p in puzzles if _key(p) not in self._expected}.values())
-        if not todo:
-            return
-        for puzzle, run in zip(todo, self.oracle_runs(todo)):
-            expects, problems = oracle_expectations(run, puzzle.plans)
+        """Make sure the expected values of `puzzles` are known; a puzzle whose oracle fails
+        its own tests raises PuzzleError."""
+        by_id = {p.id: p for p in puzzles}
+        for pid, (problems, _) in self.prepare(puzzles).items():
             if problems:
-                raise PuzzleError(f"{puzzle.path or puzzle.id}: oracle: {problems[0]}")
-            self._expected[_key(puzzle)] = expects
+                raise PuzzleError(f"{by_id[pid].path or pid}: oracle: {problems[0]}")
 
     def run_many(self, items: list[tuple[Puzzle, str]]) -> list[TestRun]:
         """Score (puzzle, code) pairs in parallel; results in input order."""

@@ -188,21 +188,18 @@ def oracle_expectations(run: Execution, plans: list[TestPlan]) -> tuple[list[lis
         expects: list[Expectation] = []
         pos = 0
         for mode in plan.checks:
+            width = 2 if mode == EQUAL else 1  # an EQUAL probe is followed by its EXPECTED
+            if pos + width > len(values):
+                break
+            got, want = values[pos], values[pos + width - 1]
+            pos += width
             if mode == EQUAL:
-                got, want = (values[pos:pos + 2] + [None, None])[:2]
-                pos += 2
-                if pos > len(values):
-                    break
                 if not same_value(got, want):
                     problems.append(f"test {index}: oracle gives {short(got)}, test expects {short(want)}")
                 if contains_opaque(want):
                     problems.append(f"test {index}: expected value {short(want)} is not plain data")
                 expects.append(Expectation(EQUAL, want))
             else:
-                got = values[pos] if pos < len(values) else None
-                pos += 1
-                if pos > len(values):
-                    break
                 expects.append(Expectation(mode))
                 if check_probe(got, expects[-1]):
                     problems.append(f"test {index}: oracle fails 'assert {'not ' if mode == FALSY else ''}...'")
