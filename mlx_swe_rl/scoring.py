@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from .puzzles import Puzzle, PuzzleError
-from .sandbox import Execution, Limits, Sandbox
+from .sandbox import Limits, Sandbox
 from .verdict import Expectation, TestResult, judge, oracle_expectations
 
 
