@@ -102,9 +102,9 @@ def same_value(got: Any, expected: Any) -> bool:
     if contains_opaque(got) or contains_opaque(expected):
         return False
     if isinstance(got, dict):
-        keys = {_typed_key(k): k for k in expected}
-        return len(got) == len(expected) and all(
-            _typed_key(k) in keys and same_value(v, expected[keys[_typed_key(k)]]) for k, v in got.items())
+        have = {_typed_key(k): v for k, v in got.items()}
+        want = {_typed_key(k): v for k, v in expected.items()}
+        return have.keys() == want.keys() and all(same_value(have[k], want[k]) for k in have)
     if isinstance(got, (set, frozenset)):
         return {_typed_key(v) for v in got} == {_typed_key(v) for v in expected}
     return got == expected  # str, bytes, None

@@ -8,19 +8,11 @@ import pytest
 
 from mlx_swe_rl.env import CodeFixEnv
 from mlx_swe_rl.puzzles import Puzzle, load_puzzles
-from mlx_swe_rl.scoring import Scorer
 
 
 @pytest.fixture(scope="module")
 def bundled() -> list[Puzzle]:
     return load_puzzles()
-
-
-@pytest.fixture(scope="module")
-def scorer():
-    s = Scorer(workers=2)
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

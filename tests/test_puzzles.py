@@ -12,7 +12,6 @@ from mlx_swe_rl.checks import check_puzzles
 from mlx_swe_rl.puzzles import (
     FIELDS, REQUIRED, TIERS, Puzzle, PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files,
 )
-from mlx_swe_rl.scoring import Scorer
 from mlx_swe_rl.testplan import EQUAL
 
 
@@ -252,13 +251,6 @@ def test_missing_and_empty_directories(tmp_path):
 
 
 # ------------------------------------------------------------ user sets and check_puzzles
-@pytest.fixture(scope="module")
-def scorer():
-    s = Scorer(workers=2)
-    yield s
-    s.close()
-
-
 GOOD_CLASS = puzzle_data(
     id="user_stack", tier="custom", entry_point="Stack",
     description="A stack: push(x) adds x, pop() removes and returns the most recent item.",
