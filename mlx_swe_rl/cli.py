@@ -7,12 +7,9 @@ from pathlib import Path
 
 import click
 
+from .cliutil import (fail, model_options, open_model, puzzle_options, sampling_options, select_puzzles,
+                      write_json_atomic)
 from .puzzles import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
-
-
-def fail(message: str) -> None:
-    """Stop with a one-line error and exit status 1 (user mistakes get no traceback)."""
-    raise click.ClickException(message)
 
 
 @click.group()
@@ -86,3 +83,101 @@ def check(directory: Path | None, workers: int | None) -> None:
                f"(schema, buggy fails, oracle passes, stable verdicts, time budgets)")
     if errors:
         raise SystemExit(1)
+
+
+@main.command()
+def info() -> None:
+    """Show the MLX version, device, BLAS in use and the model cache location."""
+    import mlx.core as mx
+
+    from . import __version__
+    from .blas import blas_in_use
+    from .models import BUILTIN_MODELS, cache_dir
+
+    click.echo(f"mlx-swe-rl   {__version__}")
+    click.echo(f"mlx          {mx.__version__}")
+    click.echo(f"device       {mx.default_device()}")
+    click.echo(f"BLAS         {blas_in_use()}")
+    click.echo(f"model cache  {cache_dir()}")
+    for name, builtin in BUILTIN_MODELS.items():
+        cached = (cache_dir() / "models" / name / "config.json").is_file()
+        click.echo(f"built-in     {name}: {builtin.about} [{'cached' if cached else 'not fetched yet'}]")
+
+
+@main.command("import-gguf")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--dequantize", is_flag=True, help="Write float weights instead of keeping quantized ones.")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default=None,
+              help="dtype for float weights (default: float32 when dequantizing, else as stored).")
+def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | None) -> None:
+    """Convert a GGUF file (LLaMA or Qwen2 architecture) into an mlx-lm model directory OUT.
+    SRC may also be ollama:NAME[:TAG]."""
+    from .gguf import GGUFError, import_gguf
+    from .models import ModelError, ollama_gguf
+
+    try:
+        path = ollama_gguf(str(src)[len("ollama:"):]) if str(src).startswith("ollama:") else src
+        if not path.is_file():
+            fail(f"{src}: no such file")
+        if out.exists():
+            fail(f"{out}: already exists (choose a new directory)")
+        import_gguf(path, out, dequantize=dequantize, dtype=dtype)
+    except (GGUFError, ModelError) as exc:
+        fail(str(exc))
+    click.echo(f"wrote {out} (load it with --model {out})")
+
+
+@main.command()
+@model_options
+@puzzle_options
+@click.option("-G", "--group-size", type=click.IntRange(min=2), default=8, show_default=True,
+              help="Completions per puzzle.")
+@sampling_options({"temperature": 0.8})
+@click.option("--out", type=click.Path(path_type=Path), default=Path("outputs/rollouts.json"),
+              show_default=True, help="Where to save every rollout, category and advantage.")
+@click.option("--write-train-set", type=click.Path(path_type=Path), default=None,
+              help="Also write the mixed puzzles as a train set (JSON) that configs can use.")
+def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
+             split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
+             workers: int | None, out: Path, write_train_set: Path | None) -> None:
+    """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
+    category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
+    from .calibration import calibrate, format_calibration
+    from .env import CodeFixEnv
+    from .eval import run_metadata
+    from .scoring import Scorer
+    from .trainset import source_directory
+    from .trainset import write_train_set as save_train_set
+
+    if temperature <= 0:
+        fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
+    puzzles = select_puzzles(puzzle_dir, tiers, split)
+    model, tokenizer = open_model(model_spec, adapter, dtype)
+    with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
+        report = calibrate(model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature,
+                           max_tokens=max_tokens, seed=seed, batch_size=batch_size)
+    report = {"meta": run_metadata(model_spec, adapter, dtype), **report}
+    click.echo(format_calibration(report))
+    write_json_atomic(out, report)
+    click.echo(f"wrote {out}")
+    if write_train_set is not None:
+        mixed = [p for p, row in zip(puzzles, report["puzzles"]) if row["category"] == "mixed"]
+        if not mixed:
+            fail("no mixed puzzles: nothing to train on at this temperature (try other tiers or a "
+                 "higher temperature); train set not written")
+        save_train_set(write_train_set, mixed, source_directory(puzzle_dir),
+                       {"model": model_spec, "group_size": group_size, "temperature": temperature,
+                        "seed": seed, "rollouts": str(out)})
+        click.echo(f"wrote {write_train_set} ({len(mixed)} mixed puzzles)")
+
+
+def _register_subcommands() -> None:
+    from .eval import main as eval_main
+    from .train import main as train_main
+
+    main.add_command(eval_main, "eval")
+    main.add_command(train_main, "train")
+
+
+_register_subcommands()

@@ -46,6 +46,10 @@ class CodeFixEnv:
     def get_prompt(self) -> list[dict[str, str]]:
         return build_messages(self._require_current())
 
+    def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
+        """The chat messages for any puzzle of this environment."""
+        return build_messages(self.puzzles[puzzle_id])
+
     def step(self, completion: str) -> tuple[float, dict[str, Any]]:
         """Score one model response for the current puzzle."""
         return self.score([(self._require_current().id, completion)])[0]
@@ -78,3 +82,9 @@ class CodeFixEnv:
     def close(self) -> None:
         if self._own_scorer:
             self.scorer.close()
+
+    def __enter__(self) -> "CodeFixEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

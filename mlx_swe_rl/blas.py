@@ -1,0 +1,66 @@
+"""Load an optimized BLAS before MLX on Linux.
+
+The `mlx-cpu` wheel bundles the reference (netlib) BLAS, which runs a float32 matmul about
+6-40x slower than OpenBLAS. MLX resolves its BLAS symbols when `mlx.core` is first imported,
+so a library loaded into the global symbol namespace *before* that import wins. This module
+is imported by the package's `__init__`, so any `import mlx_swe_rl...` does it early enough.
+Set MLX_SWE_RL_NO_OPENBLAS=1 to keep the bundled BLAS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+OPT_OUT_ENV = "MLX_SWE_RL_NO_OPENBLAS"
+# The pthread build first: it is what `apt-get install libopenblas0-pthread` provides.
+CANDIDATES = ("libopenblas.so.0", "libopenblas.so")
+
+_loaded: str | None = None
+_reason = "not tried"
+
+
+def preload_openblas() -> str | None:
+    """Load OpenBLAS with RTLD_GLOBAL if this is Linux, it is installed, the user has not
+    opted out and MLX is not imported yet. Returns the library name loaded, or None."""
+    global _loaded, _reason
+    if _loaded is not None or _reason != "not tried":
+        return _loaded
+    if not sys.platform.startswith("linux"):
+        _reason = "not Linux"
+    elif os.environ.get(OPT_OUT_ENV, "") not in ("", "0"):
+        _reason = f"disabled by {OPT_OUT_ENV}"
+    elif "mlx.core" in sys.modules:
+        _reason = "mlx was imported before mlx_swe_rl"
+    else:
+        for name in CANDIDATES:
+            try:
+                ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            _loaded, _reason = name, "loaded"
+            return _loaded
+        _reason = "not installed (Debian/Ubuntu: apt-get install libopenblas0-pthread)"
+    return None
+
+
+def blas_in_use() -> str:
+    """A one-line description of the BLAS that MLX's CPU backend uses in this process."""
+    if sys.platform == "darwin":
+        return "Accelerate (macOS)"
+    mapped = _mapped_libraries()
+    openblas = sorted(p for p in mapped if "openblas" in os.path.basename(p))
+    if openblas:
+        return f"OpenBLAS ({openblas[0]})"
+    bundled = sorted(p for p in mapped if os.path.basename(p).startswith("libblas"))
+    where = f" ({bundled[0]})" if bundled else ""
+    return f"reference BLAS bundled with MLX{where}; OpenBLAS {_reason}"
+
+
+def _mapped_libraries() -> set[str]:
+    try:
+        with open("/proc/self/maps") as maps:
+            return {line.split()[-1] for line in maps if ".so" in line}
+    except OSError:
+        return set()

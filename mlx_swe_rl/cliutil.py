@@ -1,0 +1,106 @@
+"""Pieces shared by the command lines: one-line errors and the model / puzzle options."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+
+def fail(message: str) -> None:
+    """Stop with a one-line error and exit status 1 (user mistakes get no traceback)."""
+    raise click.ClickException(message)
+
+
+def model_options(func: Callable) -> Callable:
+    """--model, --adapter and --dtype."""
+    from .models import DEFAULT_MODEL, DTYPES
+
+    options = [
+        click.option("--model", "model_spec", default=DEFAULT_MODEL, show_default=True,
+                     help="HF repo id, mlx-lm directory, .gguf file, ollama:NAME[:TAG] or a built-in "
+                          "name (smollm2-135m)."),
+        click.option("--adapter", type=click.Path(path_type=Path), default=None,
+                     help="LoRA adapter directory (mlx-lm format) to apply."),
+        click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
+                     help="Floating-point dtype of the weights (float32 is fastest on CPU)."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def puzzle_options(func: Callable) -> Callable:
+    """--puzzles, --tiers, --split."""
+    options = [
+        click.option("--puzzles", "puzzle_dir", type=click.Path(path_type=Path), default=None,
+                     help="Puzzle directory (default: the bundled set) or a train-set file."),
+        click.option("--tiers", default=None, help="Comma-separated tiers, e.g. easy,medium."),
+        click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all",
+                     show_default=True),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def sampling_options(defaults: dict[str, Any]) -> Callable:
+    """--samples/-G, --temperature, --max-tokens, --seed, --batch-size with per-command defaults."""
+    def wrap(func: Callable) -> Callable:
+        options = [
+            click.option("--temperature", type=float, default=defaults.get("temperature"),
+                         help="Sampling temperature (0 = greedy)."),
+            click.option("--max-tokens", type=click.IntRange(min=1), default=384, show_default=True,
+                         help="New tokens per completion."),
+            click.option("--seed", type=int, default=0, show_default=True),
+            click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+                         help="Completions decoded together."),
+            click.option("--workers", type=click.IntRange(min=1), default=None,
+                         help="Sandbox processes (default: one per core)."),
+        ]
+        return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+    return wrap
+
+
+def select_puzzles(puzzle_dir: Path | None, tiers: str | None, split: str):
+    """Load the chosen puzzles or stop with a one-line error. A `.json` file is a train set
+    written by `mlx-swe-rl rollouts --write-train-set` (puzzle ids, optionally a directory)."""
+    from .puzzles import PuzzleError, load_puzzles
+    from .trainset import TrainSetError, load_train_set
+
+    tier_list = [t.strip() for t in tiers.split(",") if t.strip()] if tiers else None
+    try:
+        if puzzle_dir is not None and puzzle_dir.suffix == ".json":
+            found = load_train_set(puzzle_dir, tier_list, split)
+        else:
+            found = load_puzzles(puzzle_dir, tier_list, split)
+    except (PuzzleError, TrainSetError) as exc:
+        fail(str(exc))
+    if not found:
+        fail(f"no puzzles match tiers={tiers or 'all'} split={split}")
+    return found
+
+
+def open_model(model_spec: str, adapter: Path | None, dtype: str):
+    """Load (model, tokenizer) or stop with a one-line error."""
+    from .models import ModelError, load_model
+
+    try:
+        return load_model(model_spec, adapter=adapter, dtype=dtype)
+    except ModelError as exc:
+        fail(str(exc))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,264 @@
+"""Training configuration: YAML -> validated dataclasses, with `--set key.sub=value` overrides.
+
+Every field's allowed values live next to it (`meta`), so the loader can name the offending key,
+suggest the closest valid one, and check types and ranges with one generic routine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
+from .models import DTYPES
+from .rewards import validate_weights
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line naming the key."""
+
+
+def meta(default: Any = dataclasses.MISSING, *, choices: tuple | None = None, min: float | None = None,
+         max: float | None = None, doc: str = "", factory: Any = None) -> Any:
+    """A dataclass field with validation metadata and a one-line description."""
+    info = {"choices": choices, "min": min, "max": max, "doc": doc}
+    if factory is not None:
+        return field(default_factory=factory, metadata=info)
+    return field(default=default, metadata=info)
+
+
+@dataclass
+class ModelConfig:
+    spec: str = meta("smollm2-135m", doc="model spec: HF repo id, mlx-lm dir, .gguf, ollama:NAME, built-in")
+    dtype: str = meta("float32", choices=DTYPES, doc="dtype of float weights (float32 is fastest on CPU)")
+
+
+@dataclass
+class PuzzleConfig:
+    dir: str | None = meta(None, doc="puzzle directory (null = bundled puzzles)")
+    train_set: str | None = meta(None, doc="train-set JSON from `rollouts --write-train-set` (overrides tiers)")
+    tiers: list[str] | None = meta(None, doc="tiers to train on (null = all)")
+    split: str = meta("train", choices=("train", "heldout", "all"), doc="split to train on")
+
+
+@dataclass
+class SamplingConfig:
+    group_size: int = meta(8, min=2, doc="G: completions per puzzle")
+    temperature: float = meta(0.8, min=0.0, doc="sampling temperature")
+    top_p: float = meta(1.0, min=0.0, max=1.0, doc="nucleus sampling")
+    max_tokens: int = meta(256, min=1, doc="new tokens per completion")
+    batch_size: int = meta(32, min=1, doc="completions decoded together")
+    mode: str = meta("on_policy", choices=("on_policy", "frozen"),
+                     doc="on_policy: sample from the policy being trained; frozen: always from the initial weights")
+
+
+@dataclass
+class GRPOConfig:
+    advantage: str = meta("std", choices=ADVANTAGE_METHODS, doc="std (GRPO), mean (Dr. GRPO), rloo")
+    clip_low: float = meta(0.2, min=0.0, max=1.0, doc="eps_low: ratio clipped below at 1 - eps_low")
+    clip_high: float = meta(0.2, min=0.0, doc="eps_high: ratio clipped above at 1 + eps_high (DAPO: 0.28)")
+    aggregation: str = meta("seq_mean_token_mean", choices=AGGREGATIONS, doc="how token losses are averaged")
+    ratio_level: str = meta("token", choices=RATIO_LEVELS, doc="token (GRPO) or sequence (GSPO) ratios")
+    beta: float = meta(0.04, min=0.0, doc="KL coefficient (0 skips the reference forward)")
+    num_iterations: int = meta(1, min=1, doc="mu: updates per batch of rollouts")
+    mask_truncated: bool = meta(False, doc="drop completions that hit max_tokens from the loss")
+
+
+@dataclass
+class LoRAConfig:
+    rank: int = meta(8, min=1, doc="LoRA rank")
+    scale: float = meta(20.0, min=0.0, doc="LoRA scale (mlx-lm convention)")
+    dropout: float = meta(0.0, min=0.0, max=1.0, doc="LoRA dropout")
+    num_layers: int = meta(-1, min=-1, doc="last N transformer blocks get adapters (-1 = all)")
+    keys: list[str] | None = meta(None, doc="module paths inside a block, e.g. [self_attn.q_proj] (null = all linears)")
+
+
+@dataclass
+class FinetuneConfig:
+    mode: str = meta("lora", choices=("lora", "full"), doc="lora: reference = adapters off; full: frozen copy")
+    lora: LoRAConfig = meta(factory=LoRAConfig)
+    reference_bits: int | None = meta(None, choices=(None, 4, 8), doc="full mode: quantize the frozen reference")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = meta(1e-5, min=0.0, doc="peak learning rate (AdamW)")
+    warmup_steps: int = meta(0, min=0, doc="linear warm-up steps")
+    schedule: str = meta("constant", choices=("constant", "cosine"), doc="after warm-up")
+    weight_decay: float = meta(0.0, min=0.0, doc="AdamW weight decay")
+    max_grad_norm: float = meta(1.0, min=0.0, doc="gradient-norm clip (0 = off)")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = meta(20, min=1, doc="optimizer steps")
+    puzzles_per_step: int = meta(4, min=1, doc="puzzles per optimizer step")
+    micro_batch_size: int = meta(8, min=1, doc="sequences per forward/backward (bounds memory)")
+    save_every: int = meta(5, min=1, doc="checkpoint every N steps (and at the end)")
+    eval_every: int = meta(0, min=0, doc="greedy eval every N steps (0 = off)")
+    final_eval: bool = meta(True, doc="greedy eval on train and held-out splits before and after")
+    eval_tiers: list[str] | None = meta(None, doc="tiers for eval (null = the training tiers)")
+    eval_max_tokens: int | None = meta(None, min=1, doc="eval completion length (null = sampling.max_tokens)")
+
+
+@dataclass
+class Config:
+    run_name: str = meta("run", doc="run directory name under output_dir")
+    output_dir: str = meta("outputs", doc="where run directories go")
+    seed: int = meta(0, doc="seeds data order, sampling and dropout")
+    workers: int | None = meta(None, min=1, doc="sandbox processes (null = one per core)")
+    reward: dict[str, float] = meta(factory=lambda: {"tests": 1.0}, doc="reward name -> weight")
+    model: ModelConfig = meta(factory=ModelConfig)
+    puzzles: PuzzleConfig = meta(factory=PuzzleConfig)
+    sampling: SamplingConfig = meta(factory=SamplingConfig)
+    grpo: GRPOConfig = meta(factory=GRPOConfig)
+    finetune: FinetuneConfig = meta(factory=FinetuneConfig)
+    optim: OptimConfig = meta(factory=OptimConfig)
+    train: TrainConfig = meta(factory=TrainConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Build dataclass `cls` from a mapping, checking keys, types and ranges."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        name = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean '{path + '.' if path else ''}{close[0]}'?)" if close else \
+                f" (valid: {', '.join(fields)})"
+            raise ConfigError(f"{name}: unknown key{hint}")
+        values[key] = _convert(hints[key], value, name, fields[key].metadata)
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, name: str, info: Any) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, {} if value is None else value, name)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        return [_convert(args[0], v, f"{name}[{i}]", {}) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        try:
+            return validate_weights(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    value = _scalar(hint, value, name)
+    _check_range(value, name, info or {})
+    return value
+
+
+def _scalar(hint: Any, value: Any, name: str) -> Any:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported type {hint}")  # pragma: no cover - a bug in this file
+
+
+def _check_range(value: Any, name: str, info: Any) -> None:
+    choices = info.get("choices")
+    if choices is not None and value not in choices:
+        shown = ", ".join("null" if c is None else str(c) for c in choices)
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices if c is not None], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"{name}: {value!r} is not one of {shown}{hint}")
+    low, high = info.get("min"), info.get("max")
+    if low is not None and value < low:
+        raise ConfigError(f"{name}: {value} is below the minimum {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{name}: {value} is above the maximum {high}")
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    """Apply one `key.sub=value` override (the value parsed as YAML) to a raw config mapping."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {assignment!r}: expected key.sub=value")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: cannot parse value {raw!r}") from exc
+    node = data
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(path: Path | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML config (None = all defaults), apply overrides, and validate."""
+    data: Any = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of config sections")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        return from_dict(Config, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """The resolved config as plain data (saved in the run directory)."""
+    return dataclasses.asdict(config)
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, default, doc) for every leaf key, for the README's configuration reference."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            rows += describe(hint, name + ".")
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        rows.append((name, yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("\n..."),
+                     f.metadata.get("doc", "")))
+    return rows

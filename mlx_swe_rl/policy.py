@@ -1,0 +1,155 @@
+"""The trainable policy: LoRA or full fine-tuning, its reference, and completion log-probs.
+
+LoRA mode keeps one copy of the weights: the reference policy is the same model with every
+LoRA layer's scale set to 0 (`adapters_off`). Full mode keeps a frozen second copy, optionally
+quantized. Adapters (or full weights) are saved in mlx-lm's adapter format, so
+`mlx_lm.generate --adapter-path RUN_DIR` and `mlx_lm.fuse` work on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from .config import FinetuneConfig
+from .grpo import token_log_probs
+
+
+def lora_parameters(cfg: FinetuneConfig) -> dict[str, Any]:
+    params = {"rank": cfg.lora.rank, "scale": cfg.lora.scale, "dropout": cfg.lora.dropout}
+    if cfg.lora.keys:
+        params["keys"] = list(cfg.lora.keys)
+    return params
+
+
+def num_blocks(model: nn.Module) -> int:
+    return len(model.layers)
+
+
+def prepare_policy(model: nn.Module, cfg: FinetuneConfig) -> nn.Module:
+    """Freeze the base weights and add LoRA layers (lora mode), or leave everything trainable."""
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    if cfg.mode == "lora":
+        model.freeze()
+        layers = num_blocks(model) if cfg.lora.num_layers < 0 else cfg.lora.num_layers
+        linear_to_lora_layers(model, layers, lora_parameters(cfg))
+    else:
+        model.unfreeze()
+    model.train()
+    return model
+
+
+def lora_layers(model: nn.Module) -> list[nn.Module]:
+    return [m for _, m in model.named_modules() if hasattr(m, "lora_a") and hasattr(m, "scale")]
+
+
+@contextlib.contextmanager
+def adapters_off(model: nn.Module) -> Iterator[nn.Module]:
+    """Temporarily turn the LoRA model into its base model (scale 0 on every adapter)."""
+    layers = lora_layers(model)
+    scales = [layer.scale for layer in layers]
+    for layer in layers:
+        layer.scale = 0.0
+    try:
+        yield model
+    finally:
+        for layer, scale in zip(layers, scales):
+            layer.scale = scale
+
+
+def adapter_config(cfg: FinetuneConfig, model: nn.Module) -> dict[str, Any]:
+    """mlx-lm's adapter_config.json content for this fine-tune."""
+    layers = num_blocks(model) if cfg.lora.num_layers < 0 else cfg.lora.num_layers
+    return {"fine_tune_type": cfg.mode, "num_layers": layers, "lora_parameters": lora_parameters(cfg)}
+
+
+def save_adapters(model: nn.Module, cfg: FinetuneConfig, directory: Path) -> None:
+    """Write adapters.safetensors (the trainable parameters) and adapter_config.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = dict(tree_flatten(model.trainable_parameters()))
+    mx.save_safetensors(str(directory / "adapters.safetensors"), weights)
+    (directory / "adapter_config.json").write_text(json.dumps(adapter_config(cfg, model), indent=1))
+
+
+def load_trainable(model: nn.Module, directory: Path) -> None:
+    """Load trainable parameters saved by `save_adapters` into an already prepared model."""
+    model.load_weights(str(directory / "adapters.safetensors"), strict=False)
+
+
+def frozen_reference(model_spec: str, dtype: str, bits: int | None) -> nn.Module:
+    """A second, frozen copy of the base model for full fine-tuning (optionally quantized)."""
+    from .models import load_model
+
+    reference, _ = load_model(model_spec, dtype=dtype, progress=False)
+    if bits is not None:
+        nn.quantize(reference, group_size=64, bits=bits)
+    reference.freeze()
+    reference.eval()
+    return reference
+
+
+# --- log-probs of completions ------------------------------------------------------------------
+
+@dataclass
+class SequenceBatch:
+    """Right-padded prompt + completion token ids and where each completion sits.
+
+    tokens [B, T]; prompt_lens, completion_lens [B]. Position j of a completion (token
+    tokens[b, prompt_len + j]) is predicted from hidden state prompt_len + j - 1.
+    """
+
+    tokens: mx.array
+    prompt_lens: mx.array
+    completion_lens: mx.array
+    width: int  # the longest completion in the batch
+
+    @classmethod
+    def build(cls, prompts: list[list[int]], completions: list[list[int]], pad_id: int = 0) -> "SequenceBatch":
+        seqs = [p + c for p, c in zip(prompts, completions)]
+        length = max(len(s) for s in seqs)
+        padded = [s + [pad_id] * (length - len(s)) for s in seqs]
+        return cls(mx.array(padded, dtype=mx.int32), mx.array([len(p) for p in prompts], dtype=mx.int32),
+                   mx.array([len(c) for c in completions], dtype=mx.int32),
+                   max(len(c) for c in completions))
+
+    def mask(self) -> mx.array:
+        """[B, width] 1.0 on real completion tokens."""
+        return (mx.arange(self.width)[None, :] < self.completion_lens[:, None]).astype(mx.float32)
+
+
+def lm_head(model: nn.Module, hidden: mx.array) -> mx.array:
+    """Apply the output projection of an mlx-lm causal LM to hidden states."""
+    if getattr(model, "lm_head", None) is not None:
+        return model.lm_head(hidden)
+    return model.model.embed_tokens.as_linear(hidden)
+
+
+def completion_log_probs(model: nn.Module, batch: SequenceBatch, with_entropy: bool = False
+                         ) -> tuple[mx.array, mx.array | None]:
+    """log pi(completion token) for every completion position: [B, width] (0 beyond the end).
+
+    One forward over prompt + completion; the LM head runs only on the completion positions
+    (prompt positions need no logits), and log-softmax is taken in float32. With
+    `with_entropy`, also the policy's per-token entropy (no gradient).
+    """
+    hidden = model.model(batch.tokens)  # [B, T, H]; causal mask, so right padding is harmless
+    positions = batch.prompt_lens[:, None] - 1 + mx.arange(batch.width)[None, :]
+    positions = mx.minimum(positions, batch.tokens.shape[1] - 1)
+    picked = mx.take_along_axis(hidden, positions[..., None], axis=1)  # [B, width, H]
+    targets = mx.take_along_axis(batch.tokens, mx.minimum(positions + 1, batch.tokens.shape[1] - 1), axis=1)
+    logits = lm_head(model, picked).astype(mx.float32)
+    logp = token_log_probs(logits, targets) * batch.mask()
+    entropy = None
+    if with_entropy:
+        lse = mx.logsumexp(mx.stop_gradient(logits), axis=-1, keepdims=True)
+        probs = mx.exp(mx.stop_gradient(logits) - lse)
+        entropy = (lse[..., 0] - (probs * mx.stop_gradient(logits)).sum(-1)) * batch.mask()
+    return logp, entropy

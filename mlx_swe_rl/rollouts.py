@@ -1,0 +1,96 @@
+"""Rollouts: sample G completions per puzzle from a policy and score them with the one scorer.
+
+Training, evaluation and calibration all collect rollouts through `collect_rollouts`, so the
+prompt, the sampler and the verdict are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .env import CodeFixEnv
+from .puzzles import Puzzle
+from .sampling import Sample, SampleStats, encode_chat, sample
+
+ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
+
+
+@dataclass
+class Rollout:
+    """One scored completion of one puzzle."""
+
+    puzzle_id: str
+    sample: Sample
+    reward: float
+    solved: bool  # code extracted and every test passed
+    info: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-ready dict: the completion, extracted code, test results and reward."""
+        s = self.sample
+        return {
+            "text": s.text,
+            "num_tokens": s.num_tokens,
+            "truncated": s.truncated,
+            "code": self.info["code"],
+            "format_ok": self.info["format_ok"],
+            "reward": self.reward,
+            "reward_parts": self.info["reward_parts"],
+            "solved": self.solved,
+            "passed": self.info["passed"],
+            "total": self.info["total"],
+            "tests": self.info["tests"],
+        }
+
+
+@dataclass
+class RolloutBatch:
+    """`groups[i]` holds the rollouts of `puzzles[i]`."""
+
+    puzzles: list[Puzzle]
+    prompts: list[list[int]]
+    groups: list[list[Rollout]]
+    stats: SampleStats
+    score_seconds: float = 0.0
+
+
+def collect_rollouts(
+    model: Any,
+    tokenizer: Any,
+    env: CodeFixEnv,  # or any object with the same prompt_for / score methods
+    puzzles: list[Puzzle],
+    *,
+    group_size: int,
+    temperature: float,
+    max_tokens: int,
+    top_p: float = 1.0,
+    seed: int | None = 0,
+    batch_size: int = 32,
+    progress: bool = False,
+    desc: str = "sampling",
+) -> RolloutBatch:
+    """Sample `group_size` completions for each puzzle in one batch, then score them all."""
+    prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
+    result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
+                    temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+                    progress=progress, desc=desc)
+    flat = [(p, s) for p, group in zip(puzzles, result.groups) for s in group]
+    start = time.perf_counter()
+    scored = env.score([(p.id, s.text) for p, s in flat])
+    score_seconds = time.perf_counter() - start
+    rollouts = [
+        Rollout(p.id, s, reward, info["format_ok"] and info["passed"] == info["total"], info)
+        for (p, s), (reward, info) in zip(flat, scored)
+    ]
+    groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
+    return RolloutBatch(puzzles, prompts, groups, result.stats, score_seconds)
+
+
+def category(group: list[Rollout]) -> str:
+    """all-solved / mixed / all-failed: only mixed groups give GRPO a learning signal."""
+    solved = sum(r.solved for r in group)
+    if solved == len(group):
+        return ALL_SOLVED
+    return MIXED if solved else ALL_FAILED

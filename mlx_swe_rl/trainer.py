@@ -1,0 +1,455 @@
+"""The on-policy GRPO loop: sample from the policy being trained, score, compute group
+advantages, update; with checkpoints, resume and a run directory that records everything.
+
+One step, top to bottom (`run_step`):
+  1. take the step's puzzles (a seeded permutation per epoch, so resume keeps the order);
+  2. sample G completions per puzzle from the current policy (or the initial weights in
+     `frozen` mode) and score them with the one shared scorer;
+  3. group advantages; zero-variance groups (and optionally truncated completions) drop out;
+  4. reference log-probs (adapters off, or the frozen copy) when beta > 0, and old-policy
+     log-probs when mu > 1, from training-style forwards without gradient;
+  5. mu times: accumulate gradients over micro-batches, clip, check finite, AdamW update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+import yaml
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+
+from .config import Config, to_dict
+from .env import CodeFixEnv
+from .grpo import grpo_objective, group_advantages, token_weights
+from .policy import (SequenceBatch, adapters_off, completion_log_probs, frozen_reference, load_trainable,
+                     prepare_policy, save_adapters)
+from .puzzles import Puzzle
+from .rollouts import RolloutBatch, collect_rollouts
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start or continue; the message is one line for the user."""
+
+
+# --- data order --------------------------------------------------------------------------------
+
+def step_puzzles(puzzles: list[Puzzle], step: int, per_step: int, seed: int) -> list[Puzzle]:
+    """The puzzles of (1-based) `step`: a stream of per-epoch seeded permutations, cut into
+    chunks of `per_step`. A pure function of its arguments, so a resumed run sees the same data."""
+    n = len(puzzles)
+    chosen = []
+    for index in range((step - 1) * per_step, step * per_step):
+        epoch, offset = divmod(index, n)
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+        chosen.append(puzzles[order[offset]])
+    return chosen
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The RNG seed of one step (sampling and dropout), derived so resume reproduces it."""
+    return (seed * 1_000_003 + step * 7919) % (2**31)
+
+
+# --- the model bundle --------------------------------------------------------------------------
+
+@dataclass
+class Policy:
+    """The model being trained, its tokenizer, and how to reach the reference / initial policy."""
+
+    model: nn.Module
+    tokenizer: Any
+    config: Config
+    reference: nn.Module | None = None  # full mode: the frozen copy
+
+    def reference_logits_model(self):
+        """A context manager yielding the reference model (LoRA: the same model, adapters off)."""
+        if self.reference is not None:
+            return contextlib.nullcontext(self.reference)
+        return adapters_off(self.model)
+
+    def sampling_model(self):
+        """The model to sample from: the policy (on_policy) or the initial weights (frozen)."""
+        if self.config.sampling.mode == "frozen":
+            return self.reference_logits_model()
+        return contextlib.nullcontext(self.model)
+
+
+def build_policy(cfg: Config) -> Policy:
+    from .models import load_model
+
+    model, tokenizer = load_model(cfg.model.spec, dtype=cfg.model.dtype)
+    prepare_policy(model, cfg.finetune)
+    reference = None
+    if cfg.finetune.mode == "full" and (cfg.grpo.beta > 0 or cfg.sampling.mode == "frozen"):
+        reference = frozen_reference(cfg.model.spec, cfg.model.dtype, cfg.finetune.reference_bits)
+    return Policy(model, tokenizer, cfg, reference)
+
+
+def make_optimizer(cfg: Config) -> optim.Optimizer:
+    o = cfg.optim
+    after = max(cfg.train.steps - o.warmup_steps, 1)
+    main = optim.cosine_decay(o.lr, after) if o.schedule == "cosine" else (lambda _: mx.array(o.lr))
+    if o.warmup_steps > 0:
+        lr = optim.join_schedules([optim.linear_schedule(0.0, o.lr, o.warmup_steps), main], [o.warmup_steps])
+    else:
+        lr = main
+    return optim.AdamW(learning_rate=lr, weight_decay=o.weight_decay)
+
+
+# --- one step ----------------------------------------------------------------------------------
+
+@dataclass
+class LossInputs:
+    """The sequences that enter the loss, with their advantages and weights."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    advantages: list[float]
+    weights: list[float]
+
+    def micro_batches(self, size: int) -> list[tuple[SequenceBatch, mx.array, mx.array]]:
+        out = []
+        for i in range(0, len(self.prompts), size):
+            batch = SequenceBatch.build(self.prompts[i:i + size], self.completions[i:i + size])
+            out.append((batch, mx.array(self.advantages[i:i + size]), mx.array(self.weights[i:i + size])))
+        return out
+
+
+def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[LossInputs, dict[str, float]]:
+    """Advantages per group, then the completions that carry signal, with per-completion weights."""
+    rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
+    advantages, valid = group_advantages(rewards, cfg.grpo.advantage)
+    advantages, valid = advantages.tolist(), valid.tolist()
+    prompts, completions, adv, lengths = [], [], [], []
+    for prompt, group, group_adv, ok in zip(rollouts.prompts, rollouts.groups, advantages, valid):
+        if not ok:
+            continue
+        for rollout, a in zip(group, group_adv):
+            if cfg.grpo.mask_truncated and rollout.sample.truncated:
+                continue
+            if not rollout.sample.token_ids:
+                continue
+            prompts.append(prompt)
+            completions.append(rollout.sample.token_ids)
+            adv.append(a)
+            lengths.append(len(rollout.sample.token_ids))
+    weights = token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens).tolist()
+    info = {"zero_var_frac": 1.0 - sum(valid) / len(valid), "loss_completions": len(prompts)}
+    return LossInputs(prompts, completions, adv, weights[:len(prompts)]), info
+
+
+def no_grad_log_probs(model: nn.Module, batch: SequenceBatch) -> mx.array:
+    """Training-style forward (eval mode: no dropout) without gradient."""
+    was_training = model.training
+    model.eval()
+    logp, _ = completion_log_probs(model, batch)
+    logp = mx.stop_gradient(logp)
+    mx.eval(logp)
+    if was_training:
+        model.train()
+    return logp
+
+
+def run_updates(policy: Policy, optimizer: optim.Optimizer, inputs: LossInputs) -> dict[str, float]:
+    """mu optimizer updates on one batch of rollouts; returns the loss diagnostics."""
+    cfg = policy.config
+    g = cfg.grpo
+    model = policy.model
+    batches = inputs.micro_batches(cfg.train.micro_batch_size)
+    need_ref = g.beta > 0
+    refs, olds = [], []
+    for batch, _, _ in batches:
+        if need_ref:
+            with policy.reference_logits_model() as reference:
+                refs.append(no_grad_log_probs(reference, batch))
+        olds.append(no_grad_log_probs(model, batch) if g.num_iterations > 1 else None)
+
+    def loss_fn(batch, adv, weights, old, ref):
+        logp, entropy = completion_log_probs(model, batch, with_entropy=True)
+        # mu = 1: the sampling policy is the current one, ratio == 1 but the gradient flows.
+        old = mx.stop_gradient(logp) if old is None else old
+        loss, stats = grpo_objective(logp, old, ref, adv, batch.mask(), weights, beta=g.beta,
+                                     eps_low=g.clip_low, eps_high=g.clip_high, ratio_level=g.ratio_level)
+        stats["entropy"] = (entropy * weights[:, None] * batch.mask()).sum()
+        return loss, stats
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    model.train()
+    totals: dict[str, float] = {}
+    for iteration in range(g.num_iterations):
+        grads, sums = None, {}
+        for (batch, adv, weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
+            (loss, stats), micro_grads = loss_and_grad(batch, adv, weights, old, ref)
+            grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
+            mx.eval(grads, loss, stats)
+            for key, value in {"loss": loss, **stats}.items():
+                sums[key] = sums.get(key, 0.0) + value.item()
+        if cfg.optim.max_grad_norm > 0:
+            grads, norm = optim.clip_grad_norm(grads, cfg.optim.max_grad_norm)
+        else:
+            norm = mx.sqrt(sum((v * v).sum() for _, v in tree_flatten(grads)))
+        norm = norm.item()
+        if not (math.isfinite(sums["loss"]) and math.isfinite(norm)):
+            raise TrainingError(f"non-finite loss ({sums['loss']}) or gradient norm ({norm}) at update "
+                                f"{iteration + 1}; weights were not updated (lower optim.lr?)")
+        optimizer.update(model, grads)
+        mx.eval(model.trainable_parameters(), optimizer.state)
+        if iteration == 0:
+            totals = {**sums, "grad_norm": norm}
+    return totals
+
+
+def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list[Puzzle], step: int,
+             progress: bool = False) -> tuple[dict[str, Any], RolloutBatch]:
+    """One GRPO step; returns the history record and the rollouts."""
+    cfg = policy.config
+    s = cfg.sampling
+    start = time.perf_counter()
+    mx.reset_peak_memory()
+    mx.random.seed(step_seed(cfg.seed, step))
+    policy.model.eval()
+    with policy.sampling_model() as sampler:
+        rollouts = collect_rollouts(sampler, policy.tokenizer, env, puzzles, group_size=s.group_size,
+                                    temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
+                                    seed=step_seed(cfg.seed, step), batch_size=s.batch_size,
+                                    progress=progress, desc=f"step {step} sampling")
+    inputs, info = loss_inputs(rollouts, cfg)
+    update_start = time.perf_counter()
+    stats: dict[str, float] = {}
+    if inputs.prompts:
+        stats = run_updates(policy, optimizer, inputs)
+    update_seconds = time.perf_counter() - update_start
+    flat = [r for group in rollouts.groups for r in group]
+    record = {
+        "step": step,
+        "reward_mean": sum(r.reward for r in flat) / len(flat),
+        "solve_rate": sum(r.solved for r in flat) / len(flat),
+        "loss": stats.get("loss"),
+        "policy_loss": stats.get("policy_loss"),
+        "kl": stats.get("kl"),
+        "entropy": stats.get("entropy"),
+        "clip_frac": stats.get("clip_frac"),
+        "grad_norm": stats.get("grad_norm"),
+        "zero_var_frac": info["zero_var_frac"],
+        "loss_completions": info["loss_completions"],
+        "completion_len": sum(r.sample.num_tokens for r in flat) / len(flat),
+        "truncation_rate": sum(r.sample.truncated for r in flat) / len(flat),
+        "tokens_per_s": rollouts.stats.tokens_per_second,
+        "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
+        else float(optimizer.learning_rate),
+        "sample_s": rollouts.stats.seconds,
+        "score_s": rollouts.score_seconds,
+        "update_s": update_seconds,
+        "step_s": time.perf_counter() - start,
+        "peak_memory_gb": mx.get_peak_memory() / 1e9,
+        "puzzles": [p.id for p in puzzles],
+    }
+    return record, rollouts
+
+
+# --- run directory, checkpoints, resume --------------------------------------------------------
+
+CHECKPOINT, CHECKPOINT_NEW, CHECKPOINT_OLD = "checkpoint", "checkpoint-new", "checkpoint-old"
+
+
+def save_checkpoint(run_dir: Path, policy: Policy, optimizer: optim.Optimizer, step: int) -> None:
+    """Write weights, optimizer state and the step counter; the swap of directories makes the
+    checkpoint appear all at once (a crash leaves the previous one intact)."""
+    new, current, old = run_dir / CHECKPOINT_NEW, run_dir / CHECKPOINT, run_dir / CHECKPOINT_OLD
+    shutil.rmtree(new, ignore_errors=True)
+    save_adapters(policy.model, policy.config.finetune, new)
+    # Arrays only: a scheduled learning rate is a plain float until the first update.
+    state = {k: v for k, v in tree_flatten(optimizer.state) if isinstance(v, mx.array)}
+    mx.save_safetensors(str(new / "optimizer.safetensors"), state)
+    (new / "state.json").write_text(json.dumps({"step": step, "seed": policy.config.seed,
+                                                "rng": "per-step seeds derived from (seed, step)"}))
+    shutil.rmtree(old, ignore_errors=True)
+    if current.exists():
+        current.rename(old)
+    new.rename(current)
+    shutil.rmtree(old, ignore_errors=True)
+    # The run directory itself is an mlx-lm adapter path (`--adapter-path RUN_DIR`).
+    for name in ("adapters.safetensors", "adapter_config.json"):
+        tmp = run_dir / (name + ".tmp")
+        shutil.copyfile(current / name, tmp)
+        tmp.replace(run_dir / name)
+
+
+def find_checkpoint(run_dir: Path) -> Path | None:
+    for name in (CHECKPOINT, CHECKPOINT_OLD):
+        if (run_dir / name / "state.json").is_file():
+            return run_dir / name
+    return None
+
+
+def load_checkpoint(checkpoint: Path, policy: Policy, optimizer: optim.Optimizer) -> int:
+    load_trainable(policy.model, checkpoint)
+    optimizer.init(policy.model.trainable_parameters())
+    saved = mx.load(str(checkpoint / "optimizer.safetensors"))
+    optimizer.state = tree_unflatten(list({**dict(tree_flatten(optimizer.state)), **saved}.items()))
+    mx.eval(policy.model.parameters(), optimizer.state)
+    return json.loads((checkpoint / "state.json").read_text())["step"]
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def truncate_history(path: Path, last_step: int) -> None:
+    """Drop history lines written after the checkpoint a run resumes from."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= last_step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def check_resumable(run_dir: Path, cfg: Config) -> None:
+    """The saved config must match, except for the number of steps (a run may be extended)."""
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    now = to_dict(cfg)
+    for section in now:
+        a, b = saved.get(section), now[section]
+        if section == "train":
+            a, b = {k: v for k, v in (a or {}).items() if k != "steps"}, {k: v for k, v in b.items() if k != "steps"}
+        if a != b:
+            raise TrainingError(f"--resume: config differs from {run_dir / 'config.yaml'} in '{section}'")
+
+
+# --- the whole run -----------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    eval_before: dict[str, Any] | None = None
+    eval_after: dict[str, Any] | None = None
+
+
+def training_puzzles(cfg: Config) -> list[Puzzle]:
+    from .puzzles import load_puzzles
+    from .trainset import load_train_set
+
+    p = cfg.puzzles
+    if p.train_set is not None:
+        return load_train_set(Path(p.train_set), p.tiers, p.split)
+    return load_puzzles(Path(p.dir) if p.dir else None, p.tiers, p.split)
+
+
+def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:
+    """Train and held-out puzzles of the evaluated tiers (default: the tiers trained on)."""
+    from .puzzles import load_puzzles
+    from .trainset import source_directory
+
+    directory = source_directory(Path(cfg.puzzles.train_set)) if cfg.puzzles.train_set else \
+        (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
+    tiers = cfg.train.eval_tiers or sorted({p.tier for p in train})
+    return load_puzzles(directory, tiers, "all")
+
+
+def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any = None,
+          stop_after: int | None = None, log: Callable[[str], None] = print) -> RunResult:
+    """Run (or resume) a training run as configured; returns what it recorded.
+
+    `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
+    run after that step as if it had been killed there (checkpoints as configured).
+    """
+    from .eval import evaluate
+    from .scoring import Scorer
+
+    run_dir = cfg.run_dir
+    checkpoint = find_checkpoint(run_dir)
+    if resume:
+        if checkpoint is None:
+            raise TrainingError(f"--resume: no checkpoint in {run_dir}")
+        check_resumable(run_dir, cfg)
+    elif checkpoint is not None or (run_dir / "history.jsonl").exists():
+        raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+    puzzles = training_puzzles(cfg)
+    if not puzzles:
+        raise TrainingError("no training puzzles match the puzzles section of the config")
+    policy = build_policy(cfg)
+    optimizer = make_optimizer(cfg)
+    start_step = 0
+    if resume:
+        start_step = load_checkpoint(checkpoint, policy, optimizer)
+        truncate_history(run_dir / "history.jsonl", start_step)
+        log(f"resuming {run_dir} after step {start_step}")
+
+    result = RunResult(run_dir)
+    own_env = env is None
+    scorer = Scorer(cfg.workers) if own_env else None
+    eval_set = eval_puzzles(cfg, puzzles) if own_env else []
+    if own_env:
+        env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward)
+    try:
+        def greedy_eval(name: str) -> dict[str, Any]:
+            policy.model.eval()
+            report = evaluate(policy.model, policy.tokenizer, env, eval_set,
+                              max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
+                              batch_size=cfg.sampling.batch_size, progress=progress)
+            from .cliutil import write_json_atomic
+            from .eval import run_metadata
+            report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
+            write_json_atomic(run_dir / f"eval-{name}.json", report)
+            return report
+
+        if cfg.train.final_eval and start_step == 0 and eval_set:
+            result.eval_before = greedy_eval("before")
+            log(_eval_line("before", result.eval_before))
+        bar = _step_bar(cfg.train.steps, start_step) if progress else None
+        for step in range(start_step + 1, cfg.train.steps + 1):
+            chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
+            record, rollouts = run_step(policy, optimizer, env, chosen, step)
+            append_jsonl(run_dir / "history.jsonl", record)
+            for puzzle, group in zip(rollouts.puzzles, rollouts.groups):
+                for r in group:
+                    append_jsonl(run_dir / "rollouts.jsonl", {"step": step, "puzzle_id": puzzle.id,
+                                                               "reward": r.reward, "solved": r.solved,
+                                                               "completion": r.sample.text})
+            result.history.append(record)
+            if step % cfg.train.save_every == 0 or step == cfg.train.steps:
+                save_checkpoint(run_dir, policy, optimizer, step)
+            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
+                log(_eval_line(f"step-{step}", greedy_eval(f"step-{step:04d}")))
+            if bar is not None:
+                bar.set_postfix(reward=f"{record['reward_mean']:.2f}", solved=f"{record['solve_rate']:.2f}",
+                                kl=f"{record['kl'] or 0:.3f}", s=f"{record['step_s']:.0f}", refresh=False)
+                bar.update(1)
+            if stop_after is not None and step >= stop_after:
+                return result
+        if bar is not None:
+            bar.close()
+        if cfg.train.final_eval and eval_set:
+            result.eval_after = greedy_eval("after")
+            log(_eval_line("after", result.eval_after))
+    finally:
+        if own_env:
+            env.close()
+    return result
+
+
+def _eval_line(name: str, report: dict[str, Any]) -> str:
+    parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"] if t["tier"] != "all"]
+    return f"greedy eval {name}: " + ", ".join(parts)
+
+
+def _step_bar(total: int, done: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="GRPO", unit="step", dynamic_ncols=True)

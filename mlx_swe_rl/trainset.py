@@ -1,0 +1,59 @@
+"""Training sets: a named subset of a puzzle directory, written by calibration
+(`mlx-swe-rl rollouts --write-train-set`) and read by configs and the CLI.
+
+The file is JSON: {"puzzle_dir": null or a path, "puzzles": [ids...], "source": {...}}.
+A null directory means the bundled puzzles; a relative one is relative to the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .puzzles import Puzzle, default_puzzle_dir, load_puzzles
+
+
+class TrainSetError(ValueError):
+    """A train-set file that cannot be used; the message names the file."""
+
+
+def write_train_set(path: Path, puzzles: list[Puzzle], puzzle_dir: Path | None, source: dict[str, Any]) -> None:
+    """Save the ids of `puzzles` (from `puzzle_dir`, None = bundled) with how they were chosen."""
+    from .cliutil import write_json_atomic
+
+    directory = None if puzzle_dir is None else str(Path(puzzle_dir).resolve())
+    write_json_atomic(path, {"puzzle_dir": directory, "puzzles": [p.id for p in puzzles], "source": source})
+
+
+def source_directory(puzzles: Path | None) -> Path | None:
+    """The puzzle directory behind a --puzzles value: None (bundled), a directory, or the
+    directory a train-set file points to."""
+    if puzzles is None or puzzles.suffix != ".json":
+        return puzzles
+    directory = _read(puzzles).get("puzzle_dir")
+    return None if directory is None else puzzles.parent / directory
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise TrainSetError(f"{path}: cannot read train set ({exc.strerror})") from exc
+    except ValueError as exc:
+        raise TrainSetError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("puzzles"), list):
+        raise TrainSetError(f"{path}: puzzles: expected a list of puzzle ids")
+    return data
+
+
+def load_train_set(path: Path, tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
+    """The puzzles a train-set file names, in file order, filtered by tier and split."""
+    data = _read(path)
+    root = source_directory(Path(path)) or default_puzzle_dir()
+    by_id = {p.id: p for p in load_puzzles(root, tiers, split)}
+    every = {p.id for p in load_puzzles(root)}
+    missing = [pid for pid in data["puzzles"] if pid not in every]
+    if missing:
+        raise TrainSetError(f"{path}: puzzles: unknown id '{missing[0]}' (not in {root})")
+    return [by_id[pid] for pid in data["puzzles"] if pid in by_id]

@@ -1,0 +1,225 @@
+"""Calibration (`mlx-swe-rl rollouts`), rollout categories and train-set files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mlx_swe_rl import env as env_module
+from mlx_swe_rl.cli import main
+from mlx_swe_rl.eval import main as eval_main
+from mlx_swe_rl.puzzles import load_puzzles
+from mlx_swe_rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Rollout, category
+from mlx_swe_rl.sampling import Sample
+from mlx_swe_rl.trainset import TrainSetError, load_train_set, source_directory, write_train_set
+
+EPS = 1e-4
+
+
+def invoke(command, args):
+    return CliRunner().invoke(command, [str(a) for a in args])
+
+
+def rollout_args(model_dir, out, *extra):
+    return ["rollouts", "--model", model_dir, "-G", 2, "--max-tokens", 8, "--tiers", "easy", "--out", out,
+            "--workers", 2, *extra]
+
+
+# ---------------------------------------------------------------------------------- categories
+def rollout(solved: bool, reward: float | None = None) -> Rollout:
+    sample = Sample(0, [1, 2], "text", [-0.1, -0.2], truncated=False)
+    return Rollout("p", sample, float(solved) if reward is None else reward, solved, {})
+
+
+def test_category_hand_built():
+    assert category([rollout(True), rollout(True), rollout(True)]) == ALL_SOLVED == "all-solved"
+    assert category([rollout(False), rollout(False)]) == ALL_FAILED == "all-failed"
+    assert category([rollout(True), rollout(False), rollout(False)]) == MIXED == "mixed"
+    assert category([rollout(False), rollout(False), rollout(True)]) == MIXED
+    # category is about solving, not reward: partial credit without a solve is still a failure
+    assert category([rollout(False, 0.8), rollout(False, 0.2)]) == ALL_FAILED
+
+
+# ---------------------------------------------------------------------------------- rollouts command
+@pytest.fixture(scope="module")
+def random_rollouts(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / "r.json"
+    return invoke(main, rollout_args(tiny_model_dir, out)), out
+
+
+def test_rollouts_command_report(random_rollouts):
+    result, out = random_rollouts
+    assert result.exit_code == 0, result.output
+    easy = load_puzzles(tiers=["easy"])
+    report = json.loads(out.read_text())
+    assert set(report) >= {"meta", "settings", "timing", "categories", "puzzles"}
+    assert report["settings"]["group_size"] == 2 and report["settings"]["temperature"] == 0.8
+    assert report["settings"]["advantage"] == "std"
+    assert report["categories"] == {"all-failed": len(easy)}  # a random model solves nothing
+    assert [r["id"] for r in report["puzzles"]] == [p.id for p in easy]
+    for r in report["puzzles"]:
+        assert len(r["rewards"]) == len(r["advantages"]) == len(r["completions"]) == 2
+        assert r["category"] == "all-failed" and r["solved"] == 0 and r["solve_rate"] == 0.0
+        assert r["advantages"] == [0.0, 0.0]
+        assert all(1 <= c["num_tokens"] <= 8 for c in r["completions"])
+    assert "all-solved: 0, mixed: 0, all-failed: 18" in result.stdout
+    assert f"wrote {out}" in result.stdout
+
+
+def test_write_train_set_without_mixed_puzzles_fails(tiny_model_dir, tmp_path):
+    out, train = tmp_path / "r.json", tmp_path / "train.json"
+    result = invoke(main, rollout_args(tiny_model_dir, out, "--write-train-set", train))
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert "Error: no mixed puzzles" in result.output and "train set not written" in result.output
+    assert out.is_file()  # the rollouts themselves are kept
+    assert not train.exists()
+
+
+def test_rollouts_rejects_zero_temperature(tiny_model_dir, tmp_path):
+    result = invoke(main, rollout_args(tiny_model_dir, tmp_path / "r.json", "--temperature", "0"))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "--temperature" in result.output and "> 0" in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.fixture
+def every_other_puzzle_mixed(monkeypatch):
+    """Score so that, with G=2 and puzzles in order, puzzles 0, 2, 4, ... get one solved and one
+    failed completion and the others fail twice (a stand-in for a model that sometimes solves)."""
+
+    def fake_score(self, items):
+        out = []
+        for i, (pid, text) in enumerate(items):
+            solved = i % 4 == 0
+            total = len(self.puzzles[pid].tests)
+            out.append((float(solved), {
+                "puzzle_id": pid, "code": "x = 1" if solved else None, "format_ok": solved,
+                "passed": total if solved else 0, "total": total, "tests": [], "output": "",
+                "reward_parts": {"tests": float(solved)},
+            }))
+        return out
+
+    monkeypatch.setattr(env_module.CodeFixEnv, "score", fake_score)
+
+
+def test_rollouts_writes_mixed_train_set_usable_by_eval(tiny_model_dir, tmp_path, every_other_puzzle_mixed):
+    out, train = tmp_path / "r.json", tmp_path / "sets" / "train.json"
+    result = invoke(main, rollout_args(tiny_model_dir, out, "--write-train-set", train))
+    assert result.exit_code == 0, result.output
+    easy = load_puzzles(tiers=["easy"])
+    expected_mixed = [p.id for p in easy[::2]]
+    report = json.loads(out.read_text())
+    rows = report["puzzles"]
+    assert report["categories"] == {"mixed": len(expected_mixed), "all-failed": len(easy) - len(expected_mixed)}
+    a = 0.5 / (0.5 + EPS)  # std advantages of rewards [1, 0]
+    for i, r in enumerate(rows):
+        if i % 2 == 0:
+            assert r["category"] == "mixed" and r["rewards"] == [1.0, 0.0]
+            assert r["advantages"] == pytest.approx([a, -a], abs=1e-6)
+        else:
+            assert r["category"] == "all-failed" and r["advantages"] == [0.0, 0.0]
+
+    saved = json.loads(train.read_text())
+    assert saved["puzzles"] == expected_mixed and saved["puzzle_dir"] is None
+    assert saved["source"]["group_size"] == 2 and saved["source"]["rollouts"] == str(out)
+    assert f"({len(expected_mixed)} mixed puzzles)" in result.stdout
+    assert [p.id for p in load_train_set(train)] == expected_mixed
+
+    # eval accepts the train set as --puzzles and evaluates exactly those puzzles, in order
+    eval_out = tmp_path / "e.json"
+    result = invoke(eval_main, ["--model", tiny_model_dir, "--puzzles", train, "--max-tokens", 4,
+                                "--out", eval_out, "--workers", 2])
+    assert result.exit_code == 0, result.output
+    assert [r["id"] for r in json.loads(eval_out.read_text())["puzzles"]] == expected_mixed
+
+
+# ---------------------------------------------------------------------------------- train sets
+def write_puzzle(root: Path, pid: str, tier: str = "easy", split: str = "train") -> None:
+    data = {"id": pid, "tier": tier, "split": split, "entry_point": "add_one",
+            "description": "Return x plus one.",
+            "buggy": "def add_one(x):\n    return x - 1\n",
+            "oracle": "def add_one(x):\n    return x + 1\n",
+            "tests": ["assert add_one(1) == 2", "assert add_one(-1) == 0"]}
+    path = root / tier / f"{pid}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_train_set_roundtrip_keeps_order_and_filters(tmp_path):
+    bundled = {p.id: p for p in load_puzzles()}
+    easy_train = next(p for p in bundled.values() if (p.tier, p.split) == ("easy", "train"))
+    easy_heldout = next(p for p in bundled.values() if (p.tier, p.split) == ("easy", "heldout"))
+    hard = next(p for p in bundled.values() if p.tier == "hard")
+    chosen = [hard, easy_heldout, easy_train]  # not in the loader's sorted order
+    path = tmp_path / "ts.json"
+    write_train_set(path, chosen, None, {"why": "test"})
+    data = json.loads(path.read_text())
+    assert data == {"puzzle_dir": None, "puzzles": [p.id for p in chosen], "source": {"why": "test"}}
+    assert [p.id for p in load_train_set(path)] == [p.id for p in chosen]
+    assert [p.id for p in load_train_set(path, ["easy"])] == [easy_heldout.id, easy_train.id]
+    assert [p.id for p in load_train_set(path, None, "heldout")] == [easy_heldout.id]
+    assert [p.id for p in load_train_set(path, ["easy"], "train")] == [easy_train.id]
+    assert load_train_set(path, ["medium"]) == []
+    loaded = load_train_set(path)[0]
+    assert loaded.oracle == hard.oracle and loaded.tests == hard.tests
+
+
+def test_train_set_with_own_puzzle_dir(tmp_path, monkeypatch):
+    root = tmp_path / "pz"
+    write_puzzle(root, "p_one")
+    write_puzzle(root, "p_two", split="heldout")
+    puzzles = load_puzzles(root)
+    path = tmp_path / "sets" / "ts.json"
+    write_train_set(path, puzzles[::-1], root, {})
+    assert json.loads(path.read_text())["puzzle_dir"] == str(root.resolve())
+    monkeypatch.chdir(tmp_path / "sets")  # an absolute directory does not depend on the cwd
+    assert [p.id for p in load_train_set(path)] == ["p_two", "p_one"]
+    # a relative directory is relative to the file
+    rel = tmp_path / "rel.json"
+    rel.write_text(json.dumps({"puzzle_dir": "pz", "puzzles": ["p_one"]}))
+    assert source_directory(rel) == tmp_path / "pz"
+    assert [p.id for p in load_train_set(rel)] == ["p_one"]
+    assert source_directory(None) is None and source_directory(root) == root
+
+
+def test_train_set_unknown_id_names_file_and_id(tmp_path):
+    path = tmp_path / "ts.json"
+    path.write_text(json.dumps({"puzzle_dir": None, "puzzles": ["clamp_value", "no_such_puzzle_id"]}))
+    with pytest.raises(TrainSetError) as info:
+        load_train_set(path)
+    assert str(path) in str(info.value) and "no_such_puzzle_id" in str(info.value)
+    # an id filtered away by tier is still checked
+    with pytest.raises(TrainSetError, match="no_such_puzzle_id"):
+        load_train_set(path, ["hard"])
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "not valid JSON"),
+    ('["a", "b"]', "expected a list of puzzle ids"),
+    ('{"puzzles": "clamp_value"}', "expected a list of puzzle ids"),
+])
+def test_train_set_bad_files(tmp_path, text, needle):
+    path = tmp_path / "ts.json"
+    path.write_text(text)
+    with pytest.raises(TrainSetError) as info:
+        load_train_set(path)
+    assert str(path) in str(info.value) and needle in str(info.value)
+
+
+def test_train_set_missing_file(tmp_path):
+    with pytest.raises(TrainSetError, match="cannot read train set"):
+        load_train_set(tmp_path / "missing.json")
+
+
+def test_eval_with_bad_train_set_is_one_line_error(tiny_model_dir, tmp_path):
+    path = tmp_path / "ts.json"
+    path.write_text("{not json")
+    result = invoke(eval_main, ["--model", tiny_model_dir, "--puzzles", path, "--out", tmp_path / "e.json"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "not valid JSON" in lines[0]

@@ -1,0 +1,177 @@
+"""Batched sampling (mlx_swe_rl.sampling) on the tiny random model.
+
+References are computed independently: greedy decoding by hand with full (non-cached)
+forward passes, mlx-lm's own `batch_generate`, and a full forward's log-softmax.
+"""
+
+from __future__ import annotations
+
+import random
+
+import mlx.core as mx
+import pytest
+
+from mlx_swe_rl.sampling import encode_chat, sample
+
+MAX_TOKENS = 16
+
+
+class EosBias:
+    """The tiny model with a constant bias on the EOS logit, so sampled completions sometimes
+    stop by themselves (a random 512-token model almost never does). Wraps, never mutates."""
+
+    def __init__(self, model, eos_id: int, bias: float):
+        self._model, self._eos_id, self._bias = model, eos_id, bias
+
+    def __call__(self, *args, **kwargs):
+        logits = self._model(*args, **kwargs)
+        bias = mx.zeros((logits.shape[-1],)).at[self._eos_id].add(self._bias)
+        return logits + bias.astype(logits.dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    """Short prompts of different lengths (so batching pads them) made of ordinary tokens."""
+    rng = random.Random(0)
+    return [[rng.randrange(3, 500) for _ in range(rng.randrange(3, 12))] for _ in range(4)]
+
+
+@pytest.fixture(scope="module")
+def eos_id(tiny_model) -> int:
+    _, tokenizer = tiny_model
+    (eos,) = tokenizer.eos_token_ids
+    assert tokenizer.decode([eos]) == "<|im_end|>" or tokenizer.convert_ids_to_tokens(eos) == "<|im_end|>"
+    return eos
+
+
+def greedy_by_hand(model, prompt: list[int], steps: int) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(steps):
+        nxt = model(mx.array([seq]))[0, -1].argmax().item()
+        out.append(nxt)
+        seq.append(nxt)
+    return out
+
+
+def full_log_probs(model, prompt: list[int], completion: list[int]) -> list[float]:
+    """log p(completion[i]) from one full forward pass over prompt + completion."""
+    logits = model(mx.array([prompt + completion]))[0].astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    n = len(prompt)
+    positions = mx.arange(n - 1, n - 1 + len(completion))
+    return logp[positions, mx.array(completion)].tolist()
+
+
+@pytest.mark.parametrize("batch_size", [32, 3])
+def test_greedy_groups_in_prompt_order_equal_greedy_by_hand(tiny_model, prompts, batch_size):
+    model, tokenizer = tiny_model
+    steps = 8
+    expected = [greedy_by_hand(model, p, steps) for p in prompts]
+    assert len({tuple(e) for e in expected}) == len(prompts)  # distinct, so order is checked
+    result = sample(model, tokenizer, prompts, group_size=3, max_tokens=steps, temperature=0.0,
+                    batch_size=batch_size)
+    assert len(result.groups) == len(prompts)
+    for p, group in enumerate(result.groups):
+        assert len(group) == 3
+        assert [s.prompt_index for s in group] == [p, p, p]
+        for s in group:
+            # a random model may stop early by emitting EOS: compare the common prefix length
+            assert s.token_ids == expected[p][:len(s.token_ids)]
+            assert s.truncated == (len(s.token_ids) == steps and s.token_ids[-1] not in tokenizer.eos_token_ids)
+
+
+def test_greedy_equals_mlx_lm_batch_generate(tiny_model, prompts):
+    from mlx_lm import batch_generate
+
+    model, tokenizer = tiny_model
+    ours = sample(model, tokenizer, prompts, group_size=1, max_tokens=10, temperature=0.0)
+    ref = batch_generate(model, tokenizer, prompts, max_tokens=10, return_token_ids=True)
+    eos = set(tokenizer.eos_token_ids)
+    for group, ref_ids in zip(ours.groups, ref.token_ids):
+        ids = group[0].token_ids
+        # batch_generate drops the EOS that stopped a sequence; sample keeps it
+        assert (ids[:-1] if ids and ids[-1] in eos else ids) == list(ref_ids)
+
+
+def test_stopped_and_truncated_completions(tiny_model, eos_id):
+    model, tokenizer = tiny_model
+    biased = EosBias(model, eos_id, 4.0)
+    chat = encode_chat(tokenizer, [{"role": "user", "content": "Fix the bug in sum_list."}])
+    result = sample(biased, tokenizer, [chat, chat[-7:]], group_size=6, max_tokens=MAX_TOKENS,
+                    temperature=1.0, seed=0)
+    flat = [s for g in result.groups for s in g]
+    stopped = [s for s in flat if not s.truncated]
+    truncated = [s for s in flat if s.truncated]
+    assert stopped and truncated, [(s.num_tokens, s.truncated) for s in flat]
+    for s in stopped:
+        assert s.token_ids[-1] == eos_id
+        assert eos_id not in s.token_ids[:-1]  # generation ends at the first EOS
+        assert 1 <= s.num_tokens <= MAX_TOKENS
+        assert s.text == tokenizer.decode(s.token_ids[:-1])
+        assert "<|im_end|>" not in s.text
+    for s in truncated:
+        assert s.num_tokens == MAX_TOKENS
+        assert eos_id not in s.token_ids
+        assert s.text == tokenizer.decode(s.token_ids)
+    for s in flat:
+        assert len(s.logprobs) == s.num_tokens
+    stats = result.stats
+    assert stats.completions == 12
+    assert stats.truncated == len(truncated)
+    assert stats.generated_tokens == sum(s.num_tokens for s in flat)
+    assert stats.prompt_tokens == 6 * (len(chat) + 7)
+    assert stats.seconds > 0 and stats.tokens_per_second > 0
+
+
+def test_logprobs_match_full_forward(tiny_model, eos_id, prompts):
+    model, tokenizer = tiny_model
+    biased = EosBias(model, eos_id, 4.0)  # so EOS tokens' log-probs are checked too
+    result = sample(biased, tokenizer, prompts, group_size=3, max_tokens=MAX_TOKENS, temperature=1.0, seed=3)
+    checked = 0
+    for prompt, group in zip(prompts, result.groups):
+        for s in group:
+            assert len(s.logprobs) == s.num_tokens
+            expected = full_log_probs(biased, prompt, s.token_ids)
+            assert s.logprobs == pytest.approx(expected, abs=1e-3)
+            assert all(lp <= 0 for lp in s.logprobs)
+            checked += s.num_tokens
+    assert checked > 0
+
+
+def test_same_seed_same_samples_different_seed_different(tiny_model, prompts):
+    model, tokenizer = tiny_model
+
+    def ids(seed):
+        res = sample(model, tokenizer, prompts[:2], group_size=2, max_tokens=12, temperature=1.0, seed=seed)
+        return [s.token_ids for g in res.groups for s in g]
+
+    first = ids(7)
+    assert ids(7) == first
+    assert ids(8) != first
+    # within one call the members of a group are sampled independently
+    assert first[0] != first[1]
+
+
+def test_invalid_arguments(tiny_model, prompts):
+    model, tokenizer = tiny_model
+    with pytest.raises(ValueError):
+        sample(model, tokenizer, prompts, group_size=0, max_tokens=4)
+    with pytest.raises(ValueError):
+        sample(model, tokenizer, prompts, group_size=1, max_tokens=0)
+
+
+def test_encode_chat_uses_the_template(tiny_model):
+    _, tokenizer = tiny_model
+    messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "def f(): pass"}]
+    ids = encode_chat(tokenizer, messages)
+    assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tail = tokenizer.encode("assistant\n", add_special_tokens=False)
+    assert ids[-len(tail) - 1:] == [start, *tail]  # the generation prompt closes the sequence
+    assert ids.count(start) == 3 and ids.count(end) == 2
+    assert tokenizer.decode(ids) == ("<|im_start|>system\nYou fix bugs.<|im_end|>\n"
+                                     "<|im_start|>user\ndef f(): pass<|im_end|>\n<|im_start|>assistant\n")
