@@ -104,6 +104,19 @@ def info() -> None:
         click.echo(f"built-in     {name}: {builtin.about} [{'cached' if cached else 'not fetched yet'}]")
 
 
+@main.command()
+@click.argument("spec")
+def fetch(spec: str) -> None:
+    """Resolve a model SPEC into the local cache now (download, import or convert), so later
+    runs work offline. Prints the mlx-lm directory."""
+    from .models import ModelError, resolve_model
+
+    try:
+        click.echo(resolve_model(spec))
+    except ModelError as exc:
+        fail(str(exc))
+
+
 @main.command("import-gguf")
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
