@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ import yaml
 from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
 from .models import DTYPES
 from .rewards import validate_weights
+
+
+SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 class ConfigError(ValueError):
@@ -181,6 +185,8 @@ def _scalar(hint: Any, value: Any, name: str) -> Any:
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str) and SCIENTIFIC.match(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         return float(value)

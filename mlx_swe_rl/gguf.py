@@ -51,6 +51,8 @@ _SPLIT_REGEX = {
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
 _SPLIT_REGEX["deepseek-r1-qwen"] = _SPLIT_REGEX["qwen2"]
+# tokenizer_config.json name -> GGUF `tokenizer.ggml.{key}_token_id`
+_SPECIAL_KEYS = {"bos_token": "bos", "eos_token": "eos", "pad_token": "padding", "unk_token": "unknown"}
 
 
 class GGUFError(ValueError):
@@ -116,7 +118,7 @@ def _meta(md: dict[str, Any], key: str, src: Path, default: Any = ...) -> Any:
     return default
 
 
-def _build_config(md: dict[str, Any], arch: str, src: Path, tied: bool) -> dict[str, Any]:
+def _build_config(md: dict[str, Any], arch: str, src: Path, tied: bool, vocab: int) -> dict[str, Any]:
     p = f"{arch}."
     n_head = int(_meta(md, p + "attention.head_count", src))
     n_kv = _meta(md, p + "attention.head_count_kv", src, n_head)
@@ -134,7 +136,7 @@ def _build_config(md: dict[str, Any], arch: str, src: Path, tied: bool) -> dict[
         "rms_norm_eps": float(_meta(md, p + "attention.layer_norm_rms_epsilon", src)),
         "rope_theta": float(_meta(md, p + "rope.freq_base", src, 10000.0)),
         "max_position_embeddings": int(_meta(md, p + "context_length", src)),
-        "vocab_size": len(_meta(md, "tokenizer.ggml.tokens", src)),
+        "vocab_size": vocab,
         "tie_word_embeddings": tied,
         "rope_traditional": False,  # Q/K rows are un-permuted to HF order below
     }
@@ -166,9 +168,9 @@ def _build_tokenizer(md: dict[str, Any], src: Path) -> tuple[Any, dict[str, Any]
 
     pre = md.get("tokenizer.ggml.pre", "gpt-2")
     if pre in _GPT2_LIKE:
-        byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
-        # SmolLM/StarCoder split every digit on its own first (llama.cpp's "\p{N}" pre-split)
-        tok.pre_tokenizer = pt.Sequence([pt.Digits(individual_digits=True), byte_level]) if pre != "gpt-2" else byte_level
+        tok.pre_tokenizer = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+        if pre != "gpt-2":  # SmolLM/StarCoder isolate every digit first (llama.cpp's "\p{N}" split)
+            tok.pre_tokenizer = pt.Sequence([pt.Digits(individual_digits=True), tok.pre_tokenizer])
     elif pre in _SPLIT_REGEX:
         tok.pre_tokenizer = pt.Sequence([
             pt.Split(Regex(_SPLIT_REGEX[pre]), behavior="isolated"),
@@ -186,7 +188,8 @@ def _build_tokenizer(md: dict[str, Any], src: Path) -> tuple[Any, dict[str, Any]
     types = md.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                             for t, ty in zip(tokens, types) if ty == 3])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types) if ty == 4])
 
     def tok_of(key: str) -> str | None:
         tid = md.get(f"tokenizer.ggml.{key}_token_id")
@@ -205,7 +208,7 @@ def _build_tokenizer(md: dict[str, Any], src: Path) -> tuple[Any, dict[str, Any]
         "clean_up_tokenization_spaces": False,
         "model_max_length": int(md.get(f"{md['general.architecture']}.context_length", 2048)),
     }
-    for name, key in (("bos_token", "bos"), ("eos_token", "eos"), ("pad_token", "padding"), ("unk_token", "unknown")):
+    for name, key in _SPECIAL_KEYS.items():
         if (t := tok_of(key)) is not None:
             config[name] = t
     if "tokenizer.chat_template" in md:
@@ -235,11 +238,14 @@ def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | 
         raise GGUFError(f"{src}: unsupported architecture {arch!r} (supported: {', '.join(_ARCH_CLASSES)})")
     if dequantize and dtype is None:
         dtype = "float32"
-    cast = getattr(mx, dtype) if dtype else None
-    if cast is not None and not isinstance(cast, mx.Dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
+    cast = getattr(mx, dtype, None) if dtype else None
+    if dtype and not isinstance(cast, mx.Dtype):
+        raise ValueError(f"unknown dtype {dtype!r} (use float32, float16 or bfloat16)")
+    if "token_embd.weight" not in weights:
+        raise GGUFError(f"{src}: no token_embd.weight tensor")
     tied = "output.weight" not in weights
-    config = _build_config(md, arch, src, tied)
+    # embedding rows, not len(tokens): the model's shape is what must match (padded vocabularies)
+    config = _build_config(md, arch, src, tied, weights["token_embd.weight"].shape[0])
     tokenizer, tok_config = _build_tokenizer(md, src)
 
     names = sorted(k for k in weights if k.endswith((".weight", ".bias")))
@@ -261,10 +267,16 @@ def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | 
         if name.endswith(".bias"):
             parts = {"bias": weights[name]}
         else:  # a quantized weight comes with its .scales/.biases siblings
-            parts = {s: weights[f"{stem}.{s}"] for s in ("weight", "scales", "biases") if f"{stem}.{s}" in weights}
-        bits = parts["weight"].shape[-1] * 32 // (parts["scales"].shape[-1] * GROUP_SIZE) if "scales" in parts else None
+            parts = {s: weights[f"{stem}.{s}"] for s in ("weight", "scales", "biases")
+                     if f"{stem}.{s}" in weights}
+        bits = None
+        if "scales" in parts:  # packed uint32 words per row * 32 bits / inputs per row
+            bits = parts["weight"].shape[-1] * 32 // (parts["scales"].shape[-1] * GROUP_SIZE)
         if bits and dequantize:
-            parts = {"weight": mx.dequantize(parts["weight"], parts["scales"], parts["biases"],
+            # mx.dequantize computes in the scales' dtype: upcast the float16 scales first, or
+            # every weight picks up float16 rounding (measured: 0.08 max logit error vs 1e-4).
+            f32 = {k: parts[k].astype(mx.float32) for k in ("scales", "biases")}
+            parts = {"weight": mx.dequantize(parts["weight"], f32["scales"], f32["biases"],
                                              group_size=GROUP_SIZE, bits=bits)}
             bits = None
         if arch == "llama" and re.search(r"\.attn_[qk]$", stem):
@@ -292,16 +304,20 @@ def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | 
     try:
         mx.save_safetensors(str(tmp / "model.safetensors"), out_w, metadata={"format": "mlx"})
         tokenizer.save(str(tmp / "tokenizer.json"))
-        special = {k: tok_config[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if k in tok_config}
+        special = {k: v for k, v in tok_config.items() if k in _SPECIAL_KEYS}
         gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in config}
         if (eot := md.get("tokenizer.ggml.eot_token_id")) is not None and eot != gen.get("eos_token_id"):
             gen["eos_token_id"] = [gen["eos_token_id"], int(eot)] if "eos_token_id" in gen else int(eot)
         for fname, content in (("config.json", config), ("tokenizer_config.json", tok_config),
                                ("special_tokens_map.json", special), ("generation_config.json", gen)):
-            (tmp / fname).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty (checked above); os.replace cannot overwrite a directory portably
-        os.replace(tmp, out)
+            text = json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+            (tmp / fname).write_text(text, encoding="utf-8")
+        try:
+            os.replace(tmp, out)  # atomic; rename(2) replaces an empty directory, not a full one
+        except OSError as e:
+            if out.is_dir() and any(out.iterdir()):  # another process imported to `out` meanwhile
+                raise GGUFError(f"{out}: output directory was created by another process meanwhile") from e
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

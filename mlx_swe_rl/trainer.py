@@ -89,6 +89,7 @@ def build_policy(cfg: Config) -> Policy:
     from .models import load_model
 
     model, tokenizer = load_model(cfg.model.spec, dtype=cfg.model.dtype)
+    mx.random.seed(cfg.seed)  # LoRA's A matrices are drawn at random: same config, same start
     prepare_policy(model, cfg.finetune)
     reference = None
     if cfg.finetune.mode == "full" and (cfg.grpo.beta > 0 or cfg.sampling.mode == "frozen"):
@@ -205,8 +206,9 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, inputs: LossInputs) 
                                 f"{iteration + 1}; weights were not updated (lower optim.lr?)")
         optimizer.update(model, grads)
         mx.eval(model.trainable_parameters(), optimizer.state)
-        if iteration == 0:
-            totals = {**sums, "grad_norm": norm}
+        # Mean over the mu updates: the first always has ratio 1, so it alone shows no clipping.
+        for key, value in {**sums, "grad_norm": norm}.items():
+            totals[key] = totals.get(key, 0.0) + value / g.num_iterations
     return totals
 
 
@@ -316,15 +318,24 @@ def truncate_history(path: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in keep))
 
 
+# Keys that may change on resume: where the run lives, how many sandbox workers, how long it
+# runs and how it is evaluated. Everything else shapes the weights.
+RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
+               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens"}
+
+
 def check_resumable(run_dir: Path, cfg: Config) -> None:
-    """The saved config must match, except for the number of steps (a run may be extended)."""
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    """The saved config must match the current one, except for the RESUME_FREE keys."""
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     now = to_dict(cfg)
-    for section in now:
-        a, b = saved.get(section), now[section]
-        if section == "train":
-            a, b = {k: v for k, v in (a or {}).items() if k != "steps"}, {k: v for k, v in b.items() if k != "steps"}
-        if a != b:
+    for section, value in now.items():
+        before = saved.get(section)
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if f"{section}.{k}" not in RESUME_FREE}
+            before = {k: v for k, v in (before or {}).items() if f"{section}.{k}" not in RESUME_FREE}
+        elif section in RESUME_FREE:
+            continue
+        if before != value:
             raise TrainingError(f"--resume: config differs from {run_dir / 'config.yaml'} in '{section}'")
 
 
@@ -372,8 +383,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     run_dir = cfg.run_dir
     checkpoint = find_checkpoint(run_dir)
     if resume:
-        if checkpoint is None:
-            raise TrainingError(f"--resume: no checkpoint in {run_dir}")
+        if not (run_dir / "config.yaml").is_file():
+            raise TrainingError(f"--resume: no run in {run_dir} (no config.yaml, no checkpoint)")
         check_resumable(run_dir, cfg)
     elif checkpoint is not None or (run_dir / "history.jsonl").exists():
         raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
@@ -387,9 +398,12 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     optimizer = make_optimizer(cfg)
     start_step = 0
     if resume:
-        start_step = load_checkpoint(checkpoint, policy, optimizer)
-        truncate_history(run_dir / "history.jsonl", start_step)
-        log(f"resuming {run_dir} after step {start_step}")
+        if checkpoint is not None:
+            start_step = load_checkpoint(checkpoint, policy, optimizer)
+        for name in ("history.jsonl", "rollouts.jsonl"):
+            truncate_history(run_dir / name, start_step)
+        log(f"resuming {run_dir} after step {start_step}" if checkpoint is not None else
+            f"no checkpoint in {run_dir} yet: restarting it from step 0")
 
     result = RunResult(run_dir)
     own_env = env is None

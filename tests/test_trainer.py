@@ -1,0 +1,506 @@
+"""The GRPO trainer (mlx_swe_rl.trainer) end to end on the tiny random model.
+
+Most tests replace the sandboxed code-fix environment with a synthetic one whose prompts are
+short and whose reward is 1 when a completion starts with one of a fixed set of tokens, so a
+working policy gradient visibly raises the reward within a few seconds (and a flipped one
+visibly lowers it). One test runs the real command line with the real sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from mlx.utils import tree_flatten
+
+import mlx_swe_rl.trainer as trainer_module
+from mlx_swe_rl.config import load_config
+from mlx_swe_rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
+from mlx_swe_rl.rollouts import collect_rollouts
+from mlx_swe_rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_puzzles, step_seed,
+                                train, training_puzzles)
+
+HISTORY_KEYS = ("step", "reward_mean", "solve_rate", "loss", "kl", "entropy", "clip_frac", "zero_var_frac",
+                "completion_len", "truncation_rate", "tokens_per_s", "step_s", "peak_memory_gb")
+
+
+# ------------------------------------------------------------------------------ synthetic env
+class ChoiceEnv:
+    """Short prompts; reward 1.0 when the completion text starts with one of `chosen`."""
+
+    def __init__(self, chosen: list[str]):
+        self.chosen = chosen
+        self.scored = 0
+
+    def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": puzzle_id.replace("_", " ")}]
+
+    def score(self, items):
+        out = []
+        for _, text in items:
+            r = 1.0 if any(text.startswith(c) for c in self.chosen) else 0.0
+            out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [],
+                            "reward_parts": {"choice": r}}))
+        self.scored += len(items)
+        return out
+
+
+@pytest.fixture(autouse=True)
+def seeded_global_rng():
+    """build_policy does not seed MLX's global RNG before LoRA's random init of lora_a (see
+    test_same_seed_gives_the_same_lora_init), so seed it here: runs then start alike."""
+    mx.random.seed(1234)
+
+
+@pytest.fixture(scope="module")
+def chosen(tiny_model) -> list[str]:
+    """Decoded strings of token ids 3 <= i < 500 with i % 6 == 0 (about 40% of a random start)."""
+    tokenizer = tiny_model[1]
+    return [s for s in (tokenizer.decode([i]) for i in range(3, 500) if i % 6 == 0) if s.strip()]
+
+
+@pytest.fixture
+def env(chosen) -> ChoiceEnv:
+    return ChoiceEnv(chosen)
+
+
+def synth_cfg(tmp_path, model_dir, name: str, *overrides: str, mode: str = "lora"):
+    """A config for the synthetic env; later overrides win."""
+    base = [f"model.spec={model_dir}", f"output_dir={tmp_path}", f"run_name={name}", "puzzles.tiers=[easy]",
+            "sampling.max_tokens=3", "sampling.group_size=8", "sampling.temperature=1.0",
+            "train.final_eval=false", "train.save_every=100", "grpo.beta=0.0", f"finetune.mode={mode}",
+            "optim.lr=0.03" if mode == "lora" else "optim.lr=0.001", "train.steps=3",
+            "train.puzzles_per_step=2", "train.micro_batch_size=64"]
+    return load_config(None, base + list(overrides))
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def rewards(result) -> list[float]:
+    return [h["reward_mean"] for h in result.history]
+
+
+def flip_advantages(monkeypatch) -> None:
+    original = trainer_module.group_advantages
+
+    def flipped(r, method):
+        adv, valid = original(r, method)
+        return -adv, valid
+
+    monkeypatch.setattr(trainer_module, "group_advantages", flipped)
+
+
+def trainable(model) -> dict[str, np.ndarray]:
+    return {k: np.array(v) for k, v in tree_flatten(model.trainable_parameters())}
+
+
+# ------------------------------------------------------------------------------ 1. learning
+# (mode, overrides). Rise of the mean reward from the first 5 steps to the last 10, measured on
+# this machine over cfg.seed 0-3 (and, for LoRA, three LoRA inits):
+#   full: +0.45 .. +0.55, flipped sign -0.38 .. -0.43
+#   lora: +0.20 .. +0.50, flipped sign -0.20 .. -0.36
+# The thresholds below keep about 2x headroom on the worst case seen.
+LEARNING = {
+    "full": ("full", ["optim.lr=0.001", "train.steps=30", "train.puzzles_per_step=4", "train.micro_batch_size=32"]),
+    "lora": ("lora", ["optim.lr=0.03", "train.steps=40", "train.puzzles_per_step=8", "train.micro_batch_size=64"]),
+}
+RISE = {"full": 0.25, "lora": 0.1}  # required rise of last-10 over first-5
+FALL = {"full": 0.2, "lora": 0.1}  # required fall with the advantage sign flipped
+SEED = 0
+
+
+def learning_run(tmp_path, model_dir, env, key: str, name: str) -> tuple[float, float, list[float]]:
+    mode, overrides = LEARNING[key]
+    cfg = synth_cfg(tmp_path, model_dir, name, *overrides, f"seed={SEED}", mode=mode)
+    r = rewards(train(cfg, env=env, progress=False, log=quiet))
+    assert len(r) == cfg.train.steps
+    return sum(r[:5]) / 5, sum(r[-10:]) / 10, r
+
+
+@pytest.mark.parametrize("key", ["full", "lora"])
+def test_grpo_raises_the_reward(tmp_path, tiny_model_dir, env, key):
+    first, last, r = learning_run(tmp_path, tiny_model_dir, env, key, f"learn-{key}")
+    print(f"{key}: first-5 {first:.3f} -> last-10 {last:.3f} ({last - first:+.3f})")
+    assert last >= first + RISE[key], [round(x, 2) for x in r]
+
+
+@pytest.mark.parametrize("key", ["full", "lora"])
+def test_flipped_advantage_sign_lowers_the_reward(tmp_path, tiny_model_dir, env, key, monkeypatch):
+    flip_advantages(monkeypatch)
+    first, last, r = learning_run(tmp_path, tiny_model_dir, env, key, f"flip-{key}")
+    print(f"{key} flipped: first-5 {first:.3f} -> last-10 {last:.3f} ({last - first:+.3f})")
+    assert last <= first - FALL[key], [round(x, 2) for x in r]
+
+
+# ------------------------------------------------------------------------------ 2. reference
+def test_adapters_off_is_exactly_the_base_model(tiny_model_dir, tiny_model):
+    from mlx_swe_rl.models import load_model
+
+    base, tokenizer = tiny_model
+    model, _ = load_model(str(tiny_model_dir))
+    cfg = load_config(None, ["finetune.mode=lora", "finetune.lora.rank=4"])
+    prepare_policy(model, cfg.finetune)
+    layers = lora_layers(model)
+    assert layers and all(layer.scale == cfg.finetune.lora.scale for layer in layers)
+    mx.random.seed(1)
+    for layer in layers:
+        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
+    model.eval()
+
+    prompts = [tokenizer.encode("def add_one(x):"), tokenizer.encode("return x")]
+    completions = [tokenizer.encode(" + 1\n"), tokenizer.encode(" - 1 if x else 0")]
+    batch = SequenceBatch.build(prompts, completions)
+    expected, _ = completion_log_probs(base, batch)
+    with adapters_off(model) as reference:
+        assert reference is model
+        assert all(layer.scale == 0.0 for layer in layers)
+        off, _ = completion_log_probs(reference, batch)
+    on, _ = completion_log_probs(model, batch)
+    assert all(layer.scale == cfg.finetune.lora.scale for layer in layers)
+    assert mx.array_equal(off, expected).item()
+    assert not np.allclose(np.array(on), np.array(expected), atol=1e-3)  # the adapters matter when on
+
+    with pytest.raises(KeyError):  # scales come back even when the body raises
+        with adapters_off(model):
+            raise KeyError("boom")
+    assert all(layer.scale == cfg.finetune.lora.scale for layer in layers)
+
+
+# ------------------------------------------------------------------------------ 3. KL
+def count_adapters_off(monkeypatch) -> list[int]:
+    calls = [0]
+    original = trainer_module.adapters_off
+
+    def counting(model):
+        calls[0] += 1
+        return original(model)
+
+    monkeypatch.setattr(trainer_module, "adapters_off", counting)
+    return calls
+
+
+def test_kl_is_zero_at_the_start_then_positive(tmp_path, tiny_model_dir, env, monkeypatch):
+    calls = count_adapters_off(monkeypatch)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "kl", "grpo.beta=0.04", "train.puzzles_per_step=4")
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert all(h["loss_completions"] > 0 for h in history)
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert all(h["kl"] > 0 for h in history[1:]), [h["kl"] for h in history]
+    assert calls[0] >= len(history)  # the reference forward ran (adapters off) every step
+
+
+def test_beta_zero_skips_the_reference(tmp_path, tiny_model_dir, env, monkeypatch):
+    calls = count_adapters_off(monkeypatch)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "nokl", "grpo.beta=0.0", "train.steps=2")
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert any(h["loss_completions"] > 0 for h in history)
+    assert [h["kl"] for h in history] == [None, None]
+    assert calls[0] == 0
+
+
+# ------------------------------------------------------------------------------ 4. resume
+ADAPTER_TOL = dict(rtol=1e-5, atol=1e-6)  # float32 round-trips exactly; this only allows for kernel noise
+
+
+def history_lines(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+
+
+def assert_same_adapters(dir_a, dir_b) -> None:
+    a = mx.load(str(dir_a / "adapters.safetensors"))
+    b = mx.load(str(dir_b / "adapters.safetensors"))
+    assert a.keys() == b.keys() and a
+    for key in a:
+        np.testing.assert_allclose(np.array(b[key]), np.array(a[key]), err_msg=key, **ADAPTER_TOL)
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(tmp_path_factory, tiny_model_dir, chosen):
+    """Run A: 6 steps straight. Run B: killed after step 5 (last checkpoint: 4), then resumed."""
+    root = tmp_path_factory.mktemp("resume")
+    opts = ("train.steps=6", "train.save_every=2")
+    cfg_a = synth_cfg(root, tiny_model_dir, "a", *opts)
+    cfg_b = synth_cfg(root, tiny_model_dir, "b", *opts)
+    mx.random.seed(99)  # the same LoRA init for both runs (see seeded_global_rng)
+    a = train(cfg_a, env=ChoiceEnv(chosen), progress=False, log=quiet)
+    mx.random.seed(99)
+    killed = train(cfg_b, env=ChoiceEnv(chosen), progress=False, log=quiet, stop_after=5)
+    checkpoint_step = json.loads((cfg_b.run_dir / "checkpoint" / "state.json").read_text())["step"]
+    killed_steps = [h["step"] for h in history_lines(cfg_b.run_dir)]
+    logs = []
+    b = train(cfg_b, env=ChoiceEnv(chosen), progress=False, log=logs.append, resume=True)
+    return dict(root=root, a=a, b=b, cfg_a=cfg_a, cfg_b=cfg_b, killed=killed, checkpoint_step=checkpoint_step,
+                killed_steps=killed_steps, logs=logs)
+
+
+def test_same_seed_gives_the_same_lora_init(tmp_path, tiny_model_dir):
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "init")
+    mx.random.seed(1)  # whatever state earlier work left behind
+    first = trainable(build_policy(cfg).model)
+    mx.random.seed(2)
+    second = trainable(build_policy(cfg).model)
+    assert first.keys() == second.keys() and first
+    assert all(np.array_equal(first[k], second[k]) for k in first)
+
+
+def test_kill_and_resume_reproduces_the_uninterrupted_run(resumed_runs):
+    r = resumed_runs
+    a_dir, b_dir = r["cfg_a"].run_dir, r["cfg_b"].run_dir
+    assert [h["step"] for h in r["killed"].history] == [1, 2, 3, 4, 5]
+    assert r["checkpoint_step"] == 4 and r["killed_steps"] == [1, 2, 3, 4, 5]
+    assert any("after step 4" in line for line in r["logs"])
+    assert [h["step"] for h in r["b"].history] == [5, 6]
+    assert_same_adapters(a_dir, b_dir)
+    assert_same_adapters(a_dir / "checkpoint", b_dir / "checkpoint")
+    hist_a, hist_b = history_lines(a_dir), history_lines(b_dir)
+    assert [h["step"] for h in hist_b] == [1, 2, 3, 4, 5, 6]
+    assert [h["reward_mean"] for h in hist_b] == [h["reward_mean"] for h in hist_a]
+    assert [h["puzzles"] for h in hist_b] == [h["puzzles"] for h in hist_a]
+    for ha, hb in zip(hist_a, hist_b):
+        assert hb["loss"] == pytest.approx(ha["loss"], rel=1e-4, abs=1e-6)
+    assert json.loads((b_dir / "checkpoint" / "state.json").read_text())["step"] == 6
+    assert not (b_dir / "checkpoint-new").exists() and not (b_dir / "checkpoint-old").exists()
+
+
+def test_resume_does_not_duplicate_rollouts(resumed_runs):
+    lines = (resumed_runs["cfg_b"].run_dir / "rollouts.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines]
+    per_step = resumed_runs["cfg_b"].sampling.group_size * resumed_runs["cfg_b"].train.puzzles_per_step
+    assert steps == sorted(steps)
+    assert {s: steps.count(s) for s in set(steps)} == {s: per_step for s in range(1, 7)}
+
+
+def test_resume_errors(resumed_runs, tiny_model_dir, chosen):
+    r = resumed_runs
+    root = r["root"]
+    env = ChoiceEnv(chosen)
+    steps_before = len(history_lines(r["cfg_a"].run_dir))
+    with pytest.raises(TrainingError, match="no run in"):
+        train(synth_cfg(root, tiny_model_dir, "never-ran"), env=env, progress=False, log=quiet, resume=True)
+    with pytest.raises(TrainingError, match="already holds a run"):
+        train(r["cfg_a"], env=env, progress=False, log=quiet)
+    changed = synth_cfg(root, tiny_model_dir, "a", "train.steps=6", "train.save_every=2", "grpo.beta=0.04")
+    with pytest.raises(TrainingError, match="'grpo'") as info:
+        train(changed, env=env, progress=False, log=quiet, resume=True)
+    assert "\n" not in str(info.value)
+    assert env.scored == 0  # refused before any work
+    assert len(history_lines(r["cfg_a"].run_dir)) == steps_before
+
+
+def test_resume_may_extend_the_run(resumed_runs, tiny_model_dir, chosen):
+    r = resumed_runs
+    longer = synth_cfg(r["root"], tiny_model_dir, "a", "train.steps=7", "train.save_every=2")
+    result = train(longer, env=ChoiceEnv(chosen), progress=False, log=quiet, resume=True)
+    assert [h["step"] for h in result.history] == [7]
+    assert [h["step"] for h in history_lines(longer.run_dir)] == list(range(1, 8))
+    assert json.loads((longer.run_dir / "checkpoint" / "state.json").read_text())["step"] == 7
+
+
+# ------------------------------------------------------------------------------ 5. NaN guard
+def nan_objective(monkeypatch) -> None:
+    original = trainer_module.grpo_objective
+
+    def poisoned(*args, **kwargs):
+        loss, stats = original(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(trainer_module, "grpo_objective", poisoned)
+
+
+def test_non_finite_loss_stops_without_touching_the_weights(tmp_path, tiny_model_dir, env, monkeypatch):
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "nan", "train.puzzles_per_step=4")
+    policy = build_policy(cfg)
+    optimizer = make_optimizer(cfg)
+    puzzles = step_puzzles(training_puzzles(cfg), 1, cfg.train.puzzles_per_step, cfg.seed)
+    before = trainable(policy.model)
+    nan_objective(monkeypatch)
+    with pytest.raises(TrainingError, match="non-finite") as info:
+        run_step(policy, optimizer, env, puzzles, 1)
+    assert "\n" not in str(info.value)
+    after = trainable(policy.model)
+    assert before.keys() == after.keys() and before
+    for key in before:
+        assert np.array_equal(before[key], after[key]), key
+
+
+def test_non_finite_loss_ends_the_run_with_a_training_error(tmp_path, tiny_model_dir, env, monkeypatch):
+    nan_objective(monkeypatch)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "nan-run", "train.puzzles_per_step=4", "train.save_every=1")
+    with pytest.raises(TrainingError, match="non-finite"):
+        train(cfg, env=env, progress=False, log=quiet)
+    assert not (cfg.run_dir / "checkpoint").exists()
+    assert not (cfg.run_dir / "adapters.safetensors").exists()
+
+
+# ------------------------------------------------------------------------------ 6. outputs, CLI
+def test_cli_end_to_end_with_the_sandbox(tmp_path, tiny_model_dir):
+    from mlx_lm import generate, load
+
+    from mlx_swe_rl.train import main
+
+    sets = [f"model.spec={tiny_model_dir}", f"output_dir={tmp_path}", "run_name=cli", "workers=2",
+            "train.steps=2", "puzzles.tiers=[easy]", "sampling.max_tokens=8", "sampling.group_size=2",
+            "train.puzzles_per_step=2", "train.final_eval=true", "train.eval_tiers=[easy]"]
+    args = [a for s in sets for a in ("--set", s)] + ["--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "cli"
+    assert str(run_dir) in result.output
+    for name in ("config.yaml", "history.jsonl", "rollouts.jsonl", "adapters.safetensors", "adapter_config.json",
+                 "checkpoint/optimizer.safetensors", "checkpoint/state.json", "checkpoint/adapters.safetensors",
+                 "eval-before.json", "eval-after.json"):
+        assert (run_dir / name).is_file(), name
+    history = history_lines(run_dir)
+    assert [h["step"] for h in history] == [1, 2]
+    for h in history:
+        assert set(HISTORY_KEYS) <= h.keys()
+        assert 0.0 <= h["reward_mean"] <= 1.0 and 0.0 <= h["solve_rate"] <= 1.0
+        assert h["step_s"] > 0 and h["peak_memory_gb"] >= 0 and 0 < h["completion_len"] <= 8
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 2 * 2 * 2 and {r["step"] for r in rollouts} == {1, 2}
+    assert load_config(run_dir / "config.yaml").train.steps == 2
+    for name in ("eval-before.json", "eval-after.json"):
+        report = json.loads((run_dir / name).read_text())
+        assert report["meta"]["eval"] == name[5:-5] and report["totals"]
+    assert json.loads((run_dir / "adapter_config.json").read_text())["fine_tune_type"] == "lora"
+    model, tokenizer = load(str(tiny_model_dir), adapter_path=str(run_dir))
+    text = generate(model, tokenizer, prompt="def f(x):", max_tokens=4)
+    assert isinstance(text, str)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "grpo.betta=0"], "grpo.betta: unknown key (did you mean 'grpo.beta'?)"),
+    (["--set", "grpo.beta=-1"], "grpo.beta: -1.0 is below the minimum 0.0"),
+])
+def test_cli_bad_config_is_a_one_line_error(args, needle, tmp_path):
+    from mlx_swe_rl.train import main
+
+    result = CliRunner().invoke(main, args + ["--set", f"output_dir={tmp_path}", "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert lines == [f"Error: {needle}"]
+    assert not any(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------------ 7. frozen sampling
+def record_sampling(monkeypatch) -> tuple[list[dict], list]:
+    """Wrap build_policy and collect_rollouts to see what the trainer samples from."""
+    calls, policies = [], []
+    original_build, original_collect = trainer_module.build_policy, trainer_module.collect_rollouts
+
+    def build(cfg):
+        policy = original_build(cfg)
+        policies.append(policy)
+        return policy
+
+    def collect(model, tokenizer, env, puzzles, **kwargs):
+        scales = [layer.scale for layer in lora_layers(model)]
+        batch = original_collect(model, tokenizer, env, puzzles, **kwargs)
+        calls.append({"model": model, "scales": scales, "puzzles": puzzles, "kwargs": kwargs,
+                      "ids": [s.sample.token_ids for g in batch.groups for s in g]})
+        return batch
+
+    monkeypatch.setattr(trainer_module, "build_policy", build)
+    monkeypatch.setattr(trainer_module, "collect_rollouts", collect)
+    return calls, policies
+
+
+def initial_model_samples(tiny_model, env, call) -> list[list[int]]:
+    """What the untrained base model samples for a recorded call (same puzzles and seed)."""
+    base, tokenizer = tiny_model
+    batch = collect_rollouts(base, tokenizer, env, call["puzzles"], **call["kwargs"])
+    return [s.sample.token_ids for g in batch.groups for s in g]
+
+
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_frozen_mode_samples_from_the_initial_weights(tmp_path, tiny_model_dir, tiny_model, env, monkeypatch,
+                                                      mode):
+    calls, policies = record_sampling(monkeypatch)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, f"frozen-{mode}", "sampling.mode=frozen", "train.steps=3",
+                    "train.puzzles_per_step=4", mode=mode)
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert len(calls) == 3 and len(policies) == 1 and any(h["loss_completions"] for h in history)
+    policy = policies[0]
+    if mode == "lora":
+        scale = cfg.finetune.lora.scale
+        for call in calls:
+            assert call["model"] is policy.model
+            assert call["scales"] and all(s == 0.0 for s in call["scales"])
+        assert all(layer.scale == scale for layer in lora_layers(policy.model))  # restored
+        assert any(np.abs(np.array(layer.lora_b)).max() > 0 for layer in lora_layers(policy.model))  # trained
+    else:
+        assert policy.reference is not None and policy.reference is not policy.model
+        assert all(call["model"] is policy.reference for call in calls)
+        assert trainable(policy.reference) == {}  # frozen
+    for step, call in enumerate(calls, start=1):
+        assert call["kwargs"]["seed"] == step_seed(cfg.seed, step)
+        assert call["ids"] == initial_model_samples(tiny_model, env, call), f"step {step}"
+
+
+def test_on_policy_mode_samples_from_the_trained_model(tmp_path, tiny_model_dir, env, monkeypatch):
+    calls, policies = record_sampling(monkeypatch)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "onpolicy", "train.steps=2")
+    train(cfg, env=env, progress=False, log=quiet)
+    scale = cfg.finetune.lora.scale
+    assert all(c["model"] is policies[0].model and all(s == scale for s in c["scales"]) for c in calls)
+
+
+# ------------------------------------------------------------------------------ 8. mu > 1, masking
+def test_two_iterations_per_batch(tmp_path, tiny_model_dir, env):
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "mu2", "grpo.num_iterations=2", "grpo.beta=0.04",
+                    "train.puzzles_per_step=4")
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert len(history) == 3
+    for h in history:
+        assert h["loss_completions"] > 0
+        assert isinstance(h["clip_frac"], float) and 0.0 <= h["clip_frac"] <= 1.0
+        assert all(math.isfinite(h[k]) for k in ("loss", "kl", "entropy", "grad_norm"))
+
+
+def test_two_iterations_report_the_clipping_that_happens(tmp_path, tiny_model_dir, env, monkeypatch):
+    seen = []
+    original = trainer_module.grpo_objective
+
+    def observed(*args, **kwargs):
+        loss, stats = original(*args, **kwargs)
+        seen.append(stats["clip_frac"].item())
+        return loss, stats
+
+    monkeypatch.setattr(trainer_module, "grpo_objective", observed)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "mu2-clip", "grpo.num_iterations=2", "optim.lr=0.1",
+                    "train.steps=2", "train.puzzles_per_step=4")
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert max(seen) > 0.05  # the second update of each batch does clip
+    assert max(h["clip_frac"] for h in history) > 0
+
+
+def test_mask_truncated(tmp_path, tiny_model_dir, env):
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "mask", "grpo.mask_truncated=true", "train.puzzles_per_step=4")
+    history = train(cfg, env=env, progress=False, log=quiet).history
+    assert len(history) == 3
+    per_step = cfg.sampling.group_size * cfg.train.puzzles_per_step
+    for h in history:
+        assert h["truncation_rate"] > 0
+        assert h["loss_completions"] <= round((1 - h["truncation_rate"]) * per_step)
+
+
+# ------------------------------------------------------------------------------ 9. data order
+def test_step_puzzles_order():
+    items = [f"p{i}" for i in range(10)]
+    stream = [p for step in range(1, 11) for p in step_puzzles(items, step, 3, seed=7)]  # 30 = 3 epochs
+    assert stream == [p for step in range(1, 11) for p in step_puzzles(items, step, 3, seed=7)]
+    for epoch in range(3):
+        assert sorted(stream[10 * epoch:10 * (epoch + 1)]) == sorted(items)
+    assert stream[:10] != stream[10:20]  # a new permutation each epoch
+    other = [p for step in range(1, 11) for p in step_puzzles(items, step, 3, seed=8)]
+    assert other != stream
+    # A step is a pure function of (step, per_step, seed): asking for step 7 alone gives the same.
+    assert step_puzzles(items, 7, 3, seed=7) == stream[18:21]
+    assert step_puzzles(items, 1, 12, seed=7)[:10] == stream[:10]
