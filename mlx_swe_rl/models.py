@@ -188,6 +188,8 @@ def _import_into_cache(import_gguf: Any, gguf: Path, out: Path, dequantize: bool
     try:
         import_gguf(gguf, out, dequantize=dequantize, progress=progress)
     except GGUFError as exc:
+        if (out / "config.json").is_file():
+            return  # another process (e.g. a second rank) finished the same import first
         raise ModelError(str(exc)) from exc
 
 

@@ -14,6 +14,8 @@ reference's smallest top-1/top-2 margin is 0.0044 (chat prompt, step 13), far ab
 dequantized error; the quantized check stops at the first step whose margin is under 2x its
 tolerance. MLX's CPU quantized matmul is slow (~0.2 s per token here), so the quantized model is
 run on one prompt only; the exact dequantize(quantized) == dequantized weight check covers the rest.
+The same JSON carries a tiny random Qwen2 GGUF written by the `gguf` package with transformers'
+logits for it (Qwen2 names, q/k/v biases, no RoPE permutation, Q4_0 + Q8_0 mixed, qwen2 regex).
 """
 
 from __future__ import annotations
@@ -173,6 +175,43 @@ def test_read_gguf_metadata(smollm2_gguf):
     md = read_gguf_metadata(smollm2_gguf)
     assert md["general.architecture"] == "llama" and md["llama.block_count"] == 30
     assert md["tokenizer.ggml.pre"] == "smollm" and len(md["tokenizer.ggml.tokens"]) == 49152
+
+
+# --- a tiny random Qwen2 GGUF written by the `gguf` package, against transformers ----------------
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory) -> Path:
+    import base64
+    import gzip
+
+    path = tmp_path_factory.mktemp("qwen2") / "tiny-qwen2.gguf"
+    path.write_bytes(gzip.decompress(base64.b64decode(REF["tiny_qwen2"]["gguf_gzip_base64"])))
+    return path
+
+
+@pytest.mark.parametrize("dequantize,dtype", [(False, None), (True, None), (False, "float32")])
+def test_tiny_qwen2_matches_transformers(tiny_qwen2, tmp_path, dequantize, dtype):
+    # Q8_0 attention with float biases, Q4_0 MLP, Q8_0 untied output, float16 embedding.
+    # Measured max abs logit diff (logits up to ~10): 2.7e-5 both quantized and dequantized.
+    import mlx_lm
+
+    ref = REF["tiny_qwen2"]
+    out = import_gguf(tiny_qwen2, tmp_path / "out", dequantize=dequantize, dtype=dtype, progress=False)
+    model, tok = mlx_lm.load(str(out))
+    assert [tok.encode(t) for t in ref["texts"]] == ref["ids"]
+    logits = np.array(model(mx.array([ref["input_ids"]]))[0].astype(mx.float32))
+    assert np.abs(logits - np.array(ref["logits"])).max() <= 1e-3
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "qwen2" and cfg["tie_word_embeddings"] is False
+    dtypes = {v.dtype for v in mx.load(str(out / "model.safetensors")).values()}
+    # as stored: float32 norms/biases, float16 embedding and scales; otherwise all float32
+    assert dtypes - {mx.uint32} == ({mx.float32, mx.float16} if dtype is None and not dequantize
+                                    else {mx.float32})
+    if not dequantize:
+        layer = {"group_size": 32, "bits": 4}
+        assert cfg["quantization"] == {"group_size": 32, "bits": 8,
+                                       **{f"model.layers.{i}.mlp.{p}_proj": layer
+                                          for i in range(2) for p in ("gate", "up", "down")}}
 
 
 # --- name mapping and RoPE un-permutation (no model file needed) -------------------------------
