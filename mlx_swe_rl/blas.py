@@ -50,7 +50,9 @@ def blas_in_use() -> str:
     if sys.platform == "darwin":
         return "Accelerate (macOS)"
     mapped = _mapped_libraries()
-    openblas = sorted(p for p in mapped if "openblas" in os.path.basename(p))
+    # numpy/scipy wheels bundle OpenBLAS builds with prefixed symbols that MLX cannot use.
+    openblas = sorted(p for p in mapped if "openblas" in os.path.basename(p)
+                      and "numpy" not in p and "scipy" not in os.path.basename(p))
     if openblas:
         return f"OpenBLAS ({openblas[0]})"
     bundled = sorted(p for p in mapped if os.path.basename(p).startswith("libblas"))

@@ -429,7 +429,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         bar = _step_bar(cfg.train.steps, start_step) if progress else None
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
-            record, rollouts = run_step(policy, optimizer, env, chosen, step)
+            record, rollouts = run_step(policy, optimizer, env, chosen, step, progress)
             append_jsonl(run_dir / "history.jsonl", record)
             for puzzle, group in zip(rollouts.puzzles, rollouts.groups):
                 for r in group:

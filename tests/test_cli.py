@@ -109,3 +109,21 @@ def test_python_m_help():
     assert proc.returncode == 0, proc.stderr
     assert "Usage: mlx-swe-rl" in proc.stdout
     assert "puzzles" in proc.stdout
+
+
+def test_import_gguf_and_fetch_errors_are_one_line(runner, tmp_path):
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_bytes(b"not a gguf file")
+    cases = [
+        ["import-gguf", str(tmp_path / "missing.gguf"), str(tmp_path / "out")],
+        ["import-gguf", str(not_gguf), str(tmp_path / "out2")],
+        ["import-gguf", str(not_gguf), str(tmp_path)],  # existing output directory
+        ["fetch", "no/such/thing"],
+    ]
+    for args in cases:
+        result = runner.invoke(main, args)
+        assert result.exit_code == 1, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.output)
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
