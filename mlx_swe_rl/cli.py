@@ -185,6 +185,56 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
         click.echo(f"wrote {write_train_set} ({len(mixed)} mixed puzzles)")
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--eval-before", type=click.Path(path_type=Path), default=None,
+              help="Eval JSON before training (default: RUN_DIR/eval-before.json).")
+@click.option("--eval-after", type=click.Path(path_type=Path), default=None,
+              help="Eval JSON after training (default: RUN_DIR/eval-after.json).")
+@click.option("--rollouts", "rollouts_file", type=click.Path(path_type=Path), default=None,
+              help="A rollouts.json from `mlx-swe-rl rollouts` for the rollout-analysis figure.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Default: RUN_DIR/figures.")
+def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, rollouts_file: Path | None,
+            out: Path | None) -> None:
+    """Draw a run's figures (PNG and PDF) from its recorded files."""
+    from .figures import run_figures
+
+    for given in (eval_before, eval_after, rollouts_file):
+        if given is not None and not given.is_file():
+            fail(f"{given}: no such file")
+    try:
+        written = run_figures(run_dir, out, eval_before, eval_after, rollouts_file)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    except (KeyError, ValueError) as exc:
+        fail(f"{run_dir}: unexpected file content ({exc})")
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("comparison_file", type=click.Path(path_type=Path))
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def compare(comparison_file: Path, quiet: bool) -> None:
+    """Run the variants of a comparison file (each resumable; finished ones are kept) and
+    write summary.md, summary.json and a comparison figure."""
+    from .compare import load_comparison, run_comparison
+    from .config import ConfigError
+    from .models import ModelError
+    from .puzzles import PuzzleError
+    from .trainer import TrainingError
+    from .trainset import TrainSetError
+
+    try:
+        comparison = load_comparison(comparison_file)
+        run_comparison(comparison, log=click.echo, progress=not quiet)
+    except (ConfigError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
+        fail(str(exc))
+    root = comparison.output_dir / comparison.name
+    click.echo((root / "summary.md").read_text())
+    click.echo(f"wrote {root / 'summary.md'}, {root / 'summary.json'}, {root / 'comparison.png'}")
+
+
 def _register_subcommands() -> None:
     from .eval import main as eval_main
     from .train import main as train_main
