@@ -84,13 +84,16 @@ def sample(
     top_p: float = 1.0,
     seed: int | None = 0,
     batch_size: int = 32,
+    share_prefix: bool = True,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
     """Sample `group_size` completions for every prompt (token-id lists) in one batched run.
 
-    Reproducible for a given seed, model, prompt list and batch size. At temperature 0 the
-    decode is greedy (all members of a group are then identical).
+    With `share_prefix` (and G > 1) each prompt is prefilled once and its KV cache is reused
+    by its G completions, instead of G identical prefills. Reproducible for a given seed,
+    model, prompt list and batch size. At temperature 0 the decode is greedy (all members of
+    a group are then identical).
     """
     from mlx_lm.generate import BatchGenerator
 
@@ -110,6 +113,12 @@ def sample(
     flat_prompts = [list(p) for p in prompts for _ in range(group_size)]
     owner = [i for i in range(len(prompts)) for _ in range(group_size)]
     stats = SampleStats(prompt_tokens=sum(len(p) for p in flat_prompts), completions=len(flat_prompts))
+    caches = None
+    if share_prefix and group_size > 1:
+        shared = [prefill(model, p) for p in prompts]
+        caches = [shared[i] for i in owner]
+        # Each completion then starts from its prompt's last token on top of the shared cache.
+        flat_prompts = [p[-1:] for p in flat_prompts]
     tokens: dict[int, list[int]] = {}
     logprobs: dict[int, list[float]] = {}
     finished: dict[int, str] = {}
@@ -117,7 +126,7 @@ def sample(
     start = time.perf_counter()
     mx.reset_peak_memory()
     try:
-        uids = generator.insert(flat_prompts)
+        uids = generator.insert(flat_prompts, caches=caches)
         for uid in uids:
             tokens[uid], logprobs[uid] = [], []
         while responses := generator.next_generated():
@@ -152,6 +161,18 @@ def sample(
         stats.truncated += sample_.truncated
         groups[prompt_index].append(sample_)
     return SamplingResult(groups, stats)
+
+
+def prefill(model: Any, prompt: list[int]) -> list[Any]:
+    """The KV cache of `prompt` without its last token (which the generator feeds itself).
+    Batch merging copies caches, so one cache can seed several sequences."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    if len(prompt) > 1:
+        model(mx.array(prompt[:-1])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+    return cache
 
 
 def _progress_bar(total: int, desc: str):
