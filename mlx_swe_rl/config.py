@@ -104,7 +104,7 @@ class OptimConfig:
 class TrainConfig:
     steps: int = meta(20, min=1, doc="optimizer steps")
     puzzles_per_step: int = meta(4, min=1, doc="puzzles per optimizer step")
-    micro_batch_size: int = meta(8, min=1, doc="sequences per forward/backward (bounds memory)")
+    micro_batch_size: int = meta(8, min=1, doc="completions of one prompt per forward/backward (bounds memory)")
     save_every: int = meta(5, min=1, doc="checkpoint every N steps (and at the end)")
     eval_every: int = meta(0, min=0, doc="greedy eval every N steps (0 = off)")
     final_eval: bool = meta(True, doc="greedy eval on train and held-out splits before and after")

@@ -153,3 +153,79 @@ def completion_log_probs(model: nn.Module, batch: SequenceBatch, with_entropy: b
         probs = mx.exp(mx.stop_gradient(logits) - lse)
         entropy = (lse[..., 0] - (probs * mx.stop_gradient(logits)).sum(-1)) * batch.mask()
     return logp, entropy
+
+
+# --- the same, with the prompt computed once per group -----------------------------------------
+
+class PrefixCache:
+    """Per-layer keys/values of one prompt, reused by a batch of its completions.
+
+    Unlike mlx-lm's KVCache it writes nothing in place: the completion pass concatenates the
+    prompt's keys (broadcast over the batch) with its own, so gradients flow back through the
+    shared prompt computation exactly once.
+    """
+
+    def __init__(self) -> None:
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is None:
+            self.keys, self.values, self.offset = keys, values, keys.shape[2]
+            return keys, values
+        shape = (keys.shape[0], *self.keys.shape[1:])
+        return (mx.concatenate([mx.broadcast_to(self.keys, shape), keys], axis=2),
+                mx.concatenate([mx.broadcast_to(self.values, shape), values], axis=2))
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
+        from mlx_lm.models.base import create_causal_mask
+
+        if self.keys is None:
+            return "causal" if n > 1 else None
+        return create_causal_mask(n, offset=self.offset)
+
+
+@dataclass
+class GroupBatch:
+    """Completions of one prompt: prompt ids and right-padded completion ids [G, width]."""
+
+    prompt: mx.array
+    tokens: mx.array
+    completion_lens: mx.array
+    width: int
+
+    @classmethod
+    def build(cls, prompt: list[int], completions: list[list[int]], pad_id: int = 0) -> "GroupBatch":
+        width = max(len(c) for c in completions)
+        padded = [c + [pad_id] * (width - len(c)) for c in completions]
+        return cls(mx.array(prompt, dtype=mx.int32), mx.array(padded, dtype=mx.int32),
+                   mx.array([len(c) for c in completions], dtype=mx.int32), width)
+
+    def mask(self) -> mx.array:
+        return (mx.arange(self.width)[None, :] < self.completion_lens[:, None]).astype(mx.float32)
+
+
+def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = False
+                    ) -> tuple[mx.array, mx.array | None]:
+    """Like `completion_log_probs`, but the prompt runs once for the whole group: one pass over
+    the prompt, then one over the completions attending to its keys and values. Completion
+    token 0 is predicted from the prompt's last position, token j from completion position j-1."""
+    cache = [PrefixCache() for _ in model.layers]
+    prompt_hidden = model.model(batch.prompt[None], cache=cache)  # [1, P, H]
+    group = batch.tokens.shape[0]
+    first = mx.broadcast_to(prompt_hidden[:, -1:], (group, 1, prompt_hidden.shape[-1]))
+    if batch.width > 1:
+        rest = model.model(batch.tokens[:, :-1], cache=cache)  # [G, width - 1, H]
+        hidden = mx.concatenate([first, rest], axis=1)
+    else:
+        hidden = first
+    logits = lm_head(model, hidden).astype(mx.float32)
+    mask = batch.mask()
+    logp = token_log_probs(logits, batch.tokens) * mask
+    entropy = None
+    if with_entropy:
+        frozen = mx.stop_gradient(logits)
+        lse = mx.logsumexp(frozen, axis=-1, keepdims=True)
+        entropy = (lse[..., 0] - (mx.exp(frozen - lse) * frozen).sum(-1)) * mask
+    return logp, entropy

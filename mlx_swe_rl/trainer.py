@@ -32,8 +32,8 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from .config import Config, to_dict
 from .env import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import (SequenceBatch, adapters_off, completion_log_probs, frozen_reference, load_trainable,
-                     prepare_policy, save_adapters)
+from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
+                     save_adapters)
 from .puzzles import Puzzle
 from .rollouts import RolloutBatch, collect_rollouts
 
@@ -111,50 +111,55 @@ def make_optimizer(cfg: Config) -> optim.Optimizer:
 # --- one step ----------------------------------------------------------------------------------
 
 @dataclass
-class LossInputs:
-    """The sequences that enter the loss, with their advantages and weights."""
+class LossGroup:
+    """The completions of one prompt that enter the loss, with advantages and weights."""
 
-    prompts: list[list[int]]
-    completions: list[list[int]]
-    advantages: list[float]
-    weights: list[float]
-
-    def micro_batches(self, size: int) -> list[tuple[SequenceBatch, mx.array, mx.array]]:
-        out = []
-        for i in range(0, len(self.prompts), size):
-            batch = SequenceBatch.build(self.prompts[i:i + size], self.completions[i:i + size])
-            out.append((batch, mx.array(self.advantages[i:i + size]), mx.array(self.weights[i:i + size])))
-        return out
+    prompt: list[int]
+    completions: list[list[int]] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
 
 
-def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[LossInputs, dict[str, float]]:
+def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, mx.array, mx.array]]:
+    """At most `size` completions of one prompt per micro-batch, so the prompt runs once."""
+    out = []
+    for g in groups:
+        for i in range(0, len(g.completions), size):
+            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size]),
+                        mx.array(g.advantages[i:i + size]), mx.array(g.weights[i:i + size])))
+    return out
+
+
+def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], dict[str, float]]:
     """Advantages per group, then the completions that carry signal, with per-completion weights."""
     rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
     advantages, valid = group_advantages(rewards, cfg.grpo.advantage)
     advantages, valid = advantages.tolist(), valid.tolist()
-    prompts, completions, adv, lengths = [], [], [], []
+    groups = []
     for prompt, group, group_adv, ok in zip(rollouts.prompts, rollouts.groups, advantages, valid):
         if not ok:
             continue
+        kept = LossGroup(prompt)
         for rollout, a in zip(group, group_adv):
-            if cfg.grpo.mask_truncated and rollout.sample.truncated:
+            if (cfg.grpo.mask_truncated and rollout.sample.truncated) or not rollout.sample.token_ids:
                 continue
-            if not rollout.sample.token_ids:
-                continue
-            prompts.append(prompt)
-            completions.append(rollout.sample.token_ids)
-            adv.append(a)
-            lengths.append(len(rollout.sample.token_ids))
-    weights = token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens).tolist()
-    info = {"zero_var_frac": 1.0 - sum(valid) / len(valid), "loss_completions": len(prompts)}
-    return LossInputs(prompts, completions, adv, weights[:len(prompts)]), info
+            kept.completions.append(rollout.sample.token_ids)
+            kept.advantages.append(a)
+        if kept.completions:
+            groups.append(kept)
+    lengths = [len(c) for g in groups for c in g.completions]
+    weights = iter(token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens).tolist())
+    for g in groups:
+        g.weights = [next(weights) for _ in g.completions]
+    info = {"zero_var_frac": 1.0 - sum(valid) / len(valid), "loss_completions": len(lengths)}
+    return groups, info
 
 
-def no_grad_log_probs(model: nn.Module, batch: SequenceBatch) -> mx.array:
+def no_grad_log_probs(model: nn.Module, batch: GroupBatch) -> mx.array:
     """Training-style forward (eval mode: no dropout) without gradient."""
     was_training = model.training
     model.eval()
-    logp, _ = completion_log_probs(model, batch)
+    logp, _ = group_log_probs(model, batch)
     logp = mx.stop_gradient(logp)
     mx.eval(logp)
     if was_training:
@@ -162,12 +167,12 @@ def no_grad_log_probs(model: nn.Module, batch: SequenceBatch) -> mx.array:
     return logp
 
 
-def run_updates(policy: Policy, optimizer: optim.Optimizer, inputs: LossInputs) -> dict[str, float]:
+def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGroup]) -> dict[str, float]:
     """mu optimizer updates on one batch of rollouts; returns the loss diagnostics."""
     cfg = policy.config
     g = cfg.grpo
     model = policy.model
-    batches = inputs.micro_batches(cfg.train.micro_batch_size)
+    batches = micro_batches(groups, cfg.train.micro_batch_size)
     need_ref = g.beta > 0
     refs, olds = [], []
     for batch, _, _ in batches:
@@ -177,7 +182,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, inputs: LossInputs) 
         olds.append(no_grad_log_probs(model, batch) if g.num_iterations > 1 else None)
 
     def loss_fn(batch, adv, weights, old, ref):
-        logp, entropy = completion_log_probs(model, batch, with_entropy=True)
+        logp, entropy = group_log_probs(model, batch, with_entropy=True)
         # mu = 1: the sampling policy is the current one, ratio == 1 but the gradient flows.
         old = mx.stop_gradient(logp) if old is None else old
         loss, stats = grpo_objective(logp, old, ref, adv, batch.mask(), weights, beta=g.beta,
@@ -226,11 +231,11 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
                                     temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                                     seed=step_seed(cfg.seed, step), batch_size=s.batch_size,
                                     progress=progress, desc=f"step {step} sampling")
-    inputs, info = loss_inputs(rollouts, cfg)
+    groups, info = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
     stats: dict[str, float] = {}
-    if inputs.prompts:
-        stats = run_updates(policy, optimizer, inputs)
+    if groups:
+        stats = run_updates(policy, optimizer, groups)
     update_seconds = time.perf_counter() - update_start
     flat = [r for group in rollouts.groups for r in group]
     record = {
