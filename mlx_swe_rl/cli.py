@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .cliutil import (fail, model_options, open_model, puzzle_options, sampling_options, select_puzzles,
+from .cliutil import (fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles,
                       write_json_atomic)
 from .puzzles import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 
@@ -157,20 +157,15 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from .calibration import calibrate, format_calibration
-    from .env import CodeFixEnv
-    from .eval import run_metadata
-    from .scoring import Scorer
     from .trainset import source_directory
     from .trainset import write_train_set as save_train_set
 
     if temperature <= 0:
         fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
-    model, tokenizer = open_model(model_spec, adapter, dtype)
-    with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
-        report = calibrate(model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature,
-                           max_tokens=max_tokens, seed=seed, batch_size=batch_size)
-    report = {"meta": run_metadata(model_spec, adapter, dtype), **report}
+    report = model_report(model_spec, adapter, dtype, puzzles, workers, lambda model, tokenizer, env: calibrate(
+        model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
+        seed=seed, batch_size=batch_size))
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

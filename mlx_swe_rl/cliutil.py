@@ -92,6 +92,20 @@ def open_model(model_spec: str, adapter: Path | None, dtype: str):
         fail(str(exc))
 
 
+def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, workers: int | None,
+                 run: Callable[[Any, Any, Any], dict[str, Any]]) -> dict[str, Any]:
+    """Load the model, open the scorer and environment, run `run(model, tokenizer, env)`, and
+    return its report with the run's metadata in front."""
+    from .env import CodeFixEnv
+    from .eval import run_metadata
+    from .scoring import Scorer
+
+    model, tokenizer = open_model(model_spec, adapter, dtype)
+    with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
+        report = run(model, tokenizer, env)
+    return {"meta": run_metadata(model_spec, adapter, dtype), **report}
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, load_config, read_yaml_mapping
 
 
 @dataclass
@@ -40,14 +38,7 @@ class Comparison:
 
 def load_comparison(path: Path) -> Comparison:
     """Read and check a comparison file; errors are one line naming the file and key."""
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping")
+    data = read_yaml_mapping(path)
     unknown = set(data) - {"name", "base", "overrides", "variants", "output_dir"}
     if unknown:
         raise ConfigError(f"{path}: {sorted(unknown)[0]}: unknown key (valid: name, base, overrides, variants, output_dir)")

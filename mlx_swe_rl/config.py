@@ -230,18 +230,22 @@ def apply_override(data: dict, assignment: str) -> None:
     node[parts[-1]] = value
 
 
+def read_yaml_mapping(path: Path, what: str = "a mapping") -> dict[str, Any]:
+    """A YAML file that must hold a mapping; errors are one line naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected {what}")
+    return data
+
+
 def load_config(path: Path | None, overrides: list[str] = ()) -> Config:
     """Read a YAML config (None = all defaults), apply overrides, and validate."""
-    data: Any = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of config sections")
+    data = read_yaml_mapping(path, "a mapping of config sections") if path is not None else {}
     for assignment in overrides:
         apply_override(data, assignment)
     try:

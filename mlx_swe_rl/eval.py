@@ -19,12 +19,11 @@ from typing import Any
 
 import click
 
-from .cliutil import (fail, model_options, open_model, puzzle_options, sampling_options,
-                      select_puzzles, write_json_atomic)
+from .cliutil import (fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles,
+                      write_json_atomic)
 from .env import CodeFixEnv
 from .puzzles import Puzzle
 from .rollouts import collect_rollouts
-from .scoring import Scorer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -152,11 +151,9 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     if temperature < 0:
         fail(f"--temperature: {temperature} must be >= 0")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
-    model, tokenizer = open_model(model_spec, adapter, dtype)
-    with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
-        report = evaluate(model, tokenizer, env, puzzles, samples=samples, temperature=temperature,
-                          max_tokens=max_tokens, seed=seed, batch_size=batch_size)
-    report = {"meta": run_metadata(model_spec, adapter, dtype), **report}
+    report = model_report(model_spec, adapter, dtype, puzzles, workers, lambda model, tokenizer, env: evaluate(
+        model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
+        seed=seed, batch_size=batch_size))
     click.echo(format_report(report))
     out = out or default_out_path("eval")
     write_json_atomic(out, report)

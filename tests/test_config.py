@@ -146,22 +146,15 @@ def test_override_errors_name_the_key(overrides, expected):
     assert message.startswith(expected), message
 
 
-def test_error_in_a_file_names_the_file_and_the_key(tmp_path):
+@pytest.mark.parametrize("text, expected", [
+    ("grpo:\n  betaa: 0.1\n", "grpo.betaa: unknown key (did you mean 'grpo.beta'?)"),
+    ("sampling: [1, 2]\n", "sampling: expected a mapping, got list"),
+    ("- a\n- b\n", "expected a mapping of config sections"),
+])
+def test_errors_in_a_file_name_the_file_and_the_key(tmp_path, text, expected):
     path = tmp_path / "c.yaml"
-    path.write_text("grpo:\n  betaa: 0.1\n")
-    assert error(path=path) == f"{path}: grpo.betaa: unknown key (did you mean 'grpo.beta'?)"
-
-
-def test_non_mapping_section_in_a_file(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("sampling: [1, 2]\n")
-    assert error(path=path) == f"{path}: sampling: expected a mapping, got list"
-
-
-def test_non_mapping_file(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("- a\n- b\n")
-    assert error(path=path) == f"{path}: expected a mapping of config sections"
+    path.write_text(text)
+    assert error(path=path) == f"{path}: {expected}"
 
 
 def test_invalid_yaml_names_the_file(tmp_path):
@@ -219,6 +212,12 @@ def test_every_described_key_can_be_set():
 @pytest.mark.skipif(not BUNDLED, reason="no configs/*.yaml yet")
 @pytest.mark.parametrize("path", BUNDLED, ids=[p.name for p in BUNDLED])
 def test_bundled_configs_load(path):
+    if "variants" in (yaml.safe_load(path.read_text()) or {}):  # a comparison file
+        from mlx_swe_rl.compare import load_comparison, variant_config
+
+        comparison = load_comparison(path)
+        assert len({variant_config(comparison, v).run_dir for v in comparison.variants}) == len(comparison.variants)
+        return
     cfg = load_config(path)
     assert isinstance(cfg, Config)
     raw = yaml.safe_load(path.read_text()) or {}
