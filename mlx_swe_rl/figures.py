@@ -225,3 +225,43 @@ def run_figures(run_dir: Path, out_dir: Path | None = None, eval_before: Path | 
     if rollouts is not None:
         written += rollout_analysis(read_json(rollouts), out_dir / "rollouts", footer)
     return written
+
+
+def architecture(out: Path) -> list[Path]:
+    """The data flow of one training step, drawn as boxes and arrows (README "How it works")."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    boxes = {  # name: (x, y, text)
+        "puzzles": (0.06, 0.80, "puzzles/*.yaml\n(validated)"),
+        "prompts": (0.32, 0.80, "prompts.py\nchat template"),
+        "sampler": (0.58, 0.80, "sampling.py\nG completions / prompt\n(prompt KV shared)"),
+        "sandbox": (0.84, 0.80, "scoring.py + sandbox\ntests in confined\nprocesses"),
+        "rewards": (0.84, 0.45, "rewards.py\nreward per completion"),
+        "grpo": (0.58, 0.45, "grpo.py\ngroup advantages,\nclipped loss + beta k3"),
+        "logprobs": (0.32, 0.45, "policy.py\nlog-probs: policy,\nreference (adapters off)"),
+        "policy": (0.06, 0.45, "the policy (MLX)\nbase weights + LoRA"),
+        "update": (0.58, 0.12, "trainer.py\nAdamW update,\ncheckpoint, history"),
+    }
+    arrows = [("puzzles", "prompts"), ("prompts", "sampler"), ("sampler", "sandbox"), ("sandbox", "rewards"),
+              ("rewards", "grpo"), ("logprobs", "grpo"), ("grpo", "update"), ("update", "policy"),
+              ("policy", "sampler"), ("policy", "logprobs")]
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    ax.set_xlim(-0.06, 0.96)
+    ax.set_ylim(0, 1)
+    ax.set_axis_off()
+    for name, (x, y, text) in boxes.items():
+        colour = "#e9f5f3" if name != "policy" else "#fdf3d8"
+        ax.add_patch(FancyBboxPatch((x - 0.1, y - 0.08), 0.2, 0.16, boxstyle="round,pad=0.01",
+                                    facecolor=colour, edgecolor="#264653"))
+        ax.text(x, y, text, ha="center", va="center", fontsize=8)
+    def edge(x: float, y: float, dx: float, dy: float) -> tuple[float, float]:
+        # Where the ray from a box centre in direction (dx, dy) leaves the box.
+        t = min(0.105 / abs(dx) if dx else float("inf"), 0.085 / abs(dy) if dy else float("inf"))
+        return x + t * dx, y + t * dy
+
+    for a, b in arrows:
+        (xa, ya, _), (xb, yb, _) = boxes[a], boxes[b]
+        start, end = edge(xa, ya, xb - xa, yb - ya), edge(xb, yb, xa - xb, ya - yb)
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, color="#264653"))
+    ax.set_title("One on-policy GRPO step: the model that samples is the model being trained", fontsize=10)
+    return _save(fig, out, "mlx-swe-rl architecture (drawn by mlx_swe_rl.figures.architecture)")

@@ -73,3 +73,8 @@ def test_figures_command(run_dir):
     assert (run_dir / "figures" / "rollouts.pdf").is_file()
     bad = CliRunner().invoke(main, ["figures", str(run_dir.parent / "nope")])
     assert bad.exit_code == 1 and bad.output.startswith("Error: ") and len(bad.output.strip().splitlines()) == 1
+
+
+def test_architecture_figure(tmp_path):
+    for path in figures.architecture(tmp_path / "architecture"):
+        assert_image(path)
