@@ -341,3 +341,10 @@ def test_micro_batches_sum_to_full_batch(ratio_level):
     close(mx.concatenate([g1, g2]), g_full, tol=1e-6)
     # masked positions and the dropped (length 0) completion get no gradient
     assert np.all(np.array(g_full)[mask_np == 0] == 0)
+
+
+def test_kl_k3_is_accurate_for_small_log_ratios():
+    # exp(x) - x - 1 computed naively in float32 is exactly 0 here; the true value is ~x^2/2.
+    for x in (1e-4, -1e-4, 3e-5):
+        got = kl_k3(mx.array([0.0]), mx.array([x])).item()
+        assert got == pytest.approx(math.expm1(x) - x, rel=1e-3)
