@@ -102,7 +102,9 @@ def make_optimizer(cfg: Config) -> optim.Optimizer:
     after = max(cfg.train.steps - o.warmup_steps, 1)
     main = optim.cosine_decay(o.lr, after) if o.schedule == "cosine" else (lambda _: mx.array(o.lr))
     if o.warmup_steps > 0:
-        lr = optim.join_schedules([optim.linear_schedule(0.0, o.lr, o.warmup_steps), main], [o.warmup_steps])
+        # Starts at lr / (warmup + 1), not 0: a zero first step would waste its rollouts.
+        warmup = optim.linear_schedule(o.lr / (o.warmup_steps + 1), o.lr, o.warmup_steps)
+        lr = optim.join_schedules([warmup, main], [o.warmup_steps])
     else:
         lr = main
     return optim.AdamW(learning_rate=lr, weight_decay=o.weight_decay)
