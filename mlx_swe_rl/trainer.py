@@ -176,6 +176,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     model = policy.model
     batches = micro_batches(groups, cfg.train.micro_batch_size)
     need_ref = g.beta > 0
+    start = time.perf_counter()
     refs, olds = [], []
     for batch, _, _ in batches:
         if need_ref:
@@ -194,7 +195,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
 
     loss_and_grad = nn.value_and_grad(model, loss_fn)
     model.train()
-    totals: dict[str, float] = {}
+    totals: dict[str, float] = {"reference_s": time.perf_counter() - start}
     for iteration in range(g.num_iterations):
         grads, sums = None, {}
         for (batch, adv, weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
@@ -210,7 +211,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
         norm = norm.item()
         if not (math.isfinite(sums["loss"]) and math.isfinite(norm)):
             raise TrainingError(f"non-finite loss ({sums['loss']}) or gradient norm ({norm}) at update "
-                                f"{iteration + 1}; weights were not updated (lower optim.lr?)")
+                                f"{iteration + 1}; this update was not applied (lower optim.lr?)")
         optimizer.update(model, grads)
         mx.eval(model.trainable_parameters(), optimizer.state)
         # Mean over the mu updates: the first always has ratio 1, so it alone shows no clipping.
@@ -259,7 +260,8 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         else float(optimizer.learning_rate),
         "sample_s": rollouts.stats.seconds,
         "score_s": rollouts.score_seconds,
-        "update_s": update_seconds,
+        "reference_s": stats.get("reference_s", 0.0),  # old/reference log-prob forwards
+        "update_s": update_seconds,  # reference_s + forward/backward + optimizer
         "step_s": time.perf_counter() - start,
         "peak_memory_gb": mx.get_peak_memory() / 1e9,
         "puzzles": [p.id for p in puzzles],
