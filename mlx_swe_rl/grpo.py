@@ -98,19 +98,23 @@ def kl_k3(logp: mx.array, ref_logp: mx.array, clamp: float = 20.0) -> mx.array:
     return mx.expm1(x) - x
 
 
-def token_weights(lengths: mx.array, aggregation: str, max_tokens: int) -> mx.array:
+def token_weights(lengths: mx.array, aggregation: str, max_tokens: int, *, total_kept: int | None = None,
+                  total_tokens: int | None = None) -> mx.array:
     """Per-completion weight w_i so that the step loss is sum_i w_i sum_t l_{i,t}.
 
     lengths: [N] number of loss tokens of each completion in the whole step (0 for dropped
-    completions, which then get weight 0).
+    completions, which then get weight 0). When `lengths` is only part of the step (one rank
+    of a data-parallel run), `total_kept` (N) and `total_tokens` (sum_i |o_i|) give the
+    normalisers of the whole step, so the parts' losses and gradients add up to the whole's.
     """
     lengths = lengths.astype(mx.float32)
     kept = (lengths > 0).astype(mx.float32)
-    n = mx.maximum(kept.sum(), 1.0)
+    n = mx.maximum(kept.sum() if total_kept is None else mx.array(total_kept, mx.float32), 1.0)
     if aggregation == "seq_mean_token_mean":
         return kept / (n * mx.maximum(lengths, 1.0))
     if aggregation == "token_mean":
-        return kept / mx.maximum(lengths.sum(), 1.0)
+        tokens = lengths.sum() if total_tokens is None else mx.array(total_tokens, mx.float32)
+        return kept / mx.maximum(tokens, 1.0)
     if aggregation == "seq_mean_token_sum_norm":
         return kept / (n * float(max_tokens))
     raise ValueError(f"aggregation '{aggregation}' is not one of {', '.join(AGGREGATIONS)}")

@@ -9,6 +9,11 @@ One step, top to bottom (`run_step`):
   4. reference log-probs (adapters off, or the frozen copy) when beta > 0, and old-policy
      log-probs when mu > 1, from training-style forwards without gradient;
   5. mu times: accumulate gradients over micro-batches, clip, check finite, AdamW update.
+
+Data-parallel (`mlx.launch ... python -m mlx_swe_rl.train`, see distributed.py): each rank
+samples and scores its share of the step's puzzles (whole puzzles, so the advantages are the
+same), the loss normalisers and gradients are summed over all ranks, so every rank applies the
+update one process would; rank 0 alone writes the run directory and evaluates.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import numpy as np
 import yaml
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
+from . import distributed as dist
 from .config import Config, to_dict
 from .env import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
@@ -36,6 +42,7 @@ from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs
                      save_adapters)
 from .puzzles import Puzzle
 from .rollouts import RolloutBatch, collect_rollouts
+from .sampling import SampleStats
 
 
 class TrainingError(RuntimeError):
@@ -56,9 +63,10 @@ def step_puzzles(puzzles: list[Puzzle], step: int, per_step: int, seed: int) -> 
     return chosen
 
 
-def step_seed(seed: int, step: int) -> int:
-    """The RNG seed of one step (sampling and dropout), derived so resume reproduces it."""
-    return (seed * 1_000_003 + step * 7919) % (2**31)
+def step_seed(seed: int, step: int, rank: int = 0) -> int:
+    """The RNG seed of one step (sampling and dropout), derived so resume reproduces it; each
+    rank of a data-parallel run gets its own (rank 0 the single-process one)."""
+    return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31)
 
 
 # --- the model bundle --------------------------------------------------------------------------
@@ -133,10 +141,13 @@ def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, 
 
 
 def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], dict[str, float]]:
-    """Advantages per group, then the completions that carry signal, with per-completion weights."""
-    rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
-    advantages, valid = group_advantages(rewards, cfg.grpo.advantage)
-    advantages, valid = advantages.tolist(), valid.tolist()
+    """Advantages per group, then the completions that carry signal, with per-completion weights.
+    The weights' normalisers and `info` count the whole step, over all ranks of a data-parallel run."""
+    advantages, valid = [], []
+    if rollouts.groups:  # a rank may have no puzzles this step
+        rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
+        adv, ok = group_advantages(rewards, cfg.grpo.advantage)
+        advantages, valid = adv.tolist(), ok.tolist()
     groups = []
     for prompt, group, group_adv, ok in zip(rollouts.prompts, rollouts.groups, advantages, valid):
         if not ok:
@@ -150,10 +161,12 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
         if kept.completions:
             groups.append(kept)
     lengths = [len(c) for g in groups for c in g.completions]
-    weights = iter(token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens).tolist())
+    step = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
+    weights = iter(token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens,
+                                 total_kept=int(step["kept"]), total_tokens=int(step["tokens"])).tolist())
     for g in groups:
         g.weights = [next(weights) for _ in g.completions]
-    info = {"zero_var_frac": 1.0 - sum(valid) / len(valid), "loss_completions": len(lengths)}
+    info = {"zero_var_frac": 1.0 - step["valid"] / step["groups"], "loss_completions": int(step["kept"])}
     return groups, info
 
 
@@ -170,7 +183,9 @@ def no_grad_log_probs(model: nn.Module, batch: GroupBatch) -> mx.array:
 
 
 def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGroup]) -> dict[str, float]:
-    """mu optimizer updates on one batch of rollouts; returns the loss diagnostics."""
+    """mu optimizer updates on one batch of rollouts; returns the loss diagnostics. Data-parallel:
+    gradients and loss sums are summed over the ranks before clipping, so all ranks apply the
+    same update (a rank with no `groups` contributes zeros)."""
     cfg = policy.config
     g = cfg.grpo
     model = policy.model
@@ -196,14 +211,18 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     loss_and_grad = nn.value_and_grad(model, loss_fn)
     model.train()
     totals: dict[str, float] = {"reference_s": time.perf_counter() - start}
+    keys = ("loss", "policy_loss", "clip_frac", "entropy") + (("kl",) if need_ref else ())
     for iteration in range(g.num_iterations):
-        grads, sums = None, {}
+        grads, sums = None, dict.fromkeys(keys, 0.0)
         for (batch, adv, weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
             (loss, stats), micro_grads = loss_and_grad(batch, adv, weights, old, ref)
             grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
             mx.eval(grads, loss, stats)
             for key, value in {"loss": loss, **stats}.items():
-                sums[key] = sums.get(key, 0.0) + value.item()
+                sums[key] += value.item()
+        if grads is None:
+            grads = tree_map(mx.zeros_like, model.trainable_parameters())
+        grads, sums = dist.all_sum_tree(grads), dist.all_sum(sums)  # the whole step's (no-ops on one rank)
         if cfg.optim.max_grad_norm > 0:
             grads, norm = optim.clip_grad_norm(grads, cfg.optim.max_grad_norm)
         else:
@@ -222,29 +241,41 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
 
 def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list[Puzzle], step: int,
              progress: bool = False) -> tuple[dict[str, Any], RolloutBatch]:
-    """One GRPO step; returns the history record and the rollouts."""
+    """One GRPO step; returns the history record and the rollouts. Data-parallel, this rank
+    samples its share of `puzzles` (its rollouts come back), and the record covers all ranks."""
     cfg = policy.config
     s = cfg.sampling
     start = time.perf_counter()
     mx.reset_peak_memory()
-    mx.random.seed(step_seed(cfg.seed, step))
+    seed = step_seed(cfg.seed, step, dist.rank())
+    mx.random.seed(seed)
     policy.model.eval()
-    with policy.sampling_model() as sampler:
-        rollouts = collect_rollouts(sampler, policy.tokenizer, env, puzzles, group_size=s.group_size,
-                                    temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                                    seed=step_seed(cfg.seed, step), batch_size=s.batch_size,
-                                    progress=progress, desc=f"step {step} sampling")
+    mine = dist.shard(puzzles)  # whole puzzles, so a group's advantages stay on one rank
+    rollouts = RolloutBatch([], [], [], SampleStats())
+    if mine:
+        with policy.sampling_model() as sampler:
+            rollouts = collect_rollouts(sampler, policy.tokenizer, env, mine, group_size=s.group_size,
+                                        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
+                                        seed=seed, batch_size=s.batch_size,
+                                        progress=progress, desc=f"step {step} sampling")
     groups, info = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
     stats: dict[str, float] = {}
-    if groups:
+    if info["loss_completions"]:  # counted over all ranks: they all take part in the update
         stats = run_updates(policy, optimizer, groups)
     update_seconds = time.perf_counter() - update_start
     flat = [r for group in rollouts.groups for r in group]
+    total = dist.all_sum({"n": len(flat), "reward": sum(r.reward for r in flat), "solved": sum(r.solved for r in flat),
+                          "tokens": sum(r.sample.num_tokens for r in flat),
+                          "truncated": sum(r.sample.truncated for r in flat),
+                          "tokens_per_s": rollouts.stats.tokens_per_second})
+    slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "score_s": rollouts.score_seconds,
+                            "reference_s": stats.get("reference_s", 0.0), "update_s": update_seconds,
+                            "peak_memory_gb": mx.get_peak_memory() / 1e9})
     record = {
         "step": step,
-        "reward_mean": sum(r.reward for r in flat) / len(flat),
-        "solve_rate": sum(r.solved for r in flat) / len(flat),
+        "reward_mean": total["reward"] / total["n"],
+        "solve_rate": total["solved"] / total["n"],
         "loss": stats.get("loss"),
         "policy_loss": stats.get("policy_loss"),
         "kl": stats.get("kl"),
@@ -253,17 +284,17 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "grad_norm": stats.get("grad_norm"),
         "zero_var_frac": info["zero_var_frac"],
         "loss_completions": info["loss_completions"],
-        "completion_len": sum(r.sample.num_tokens for r in flat) / len(flat),
-        "truncation_rate": sum(r.sample.truncated for r in flat) / len(flat),
-        "tokens_per_s": rollouts.stats.tokens_per_second,
+        "completion_len": total["tokens"] / total["n"],
+        "truncation_rate": total["truncated"] / total["n"],
+        "tokens_per_s": total["tokens_per_s"],  # summed over the ranks
         "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
         else float(optimizer.learning_rate),
-        "sample_s": rollouts.stats.seconds,
-        "score_s": rollouts.score_seconds,
-        "reference_s": stats.get("reference_s", 0.0),  # old/reference log-prob forwards
-        "update_s": update_seconds,  # reference_s + forward/backward + optimizer
+        "sample_s": slowest["sample_s"],  # timings and memory: the slowest / largest rank
+        "score_s": slowest["score_s"],
+        "reference_s": slowest["reference_s"],  # old/reference log-prob forwards
+        "update_s": slowest["update_s"],  # reference_s + forward/backward + optimizer
         "step_s": time.perf_counter() - start,
-        "peak_memory_gb": mx.get_peak_memory() / 1e9,
+        "peak_memory_gb": slowest["peak_memory_gb"],
         "puzzles": [p.id for p in puzzles],
     }
     return record, rollouts
@@ -385,20 +416,17 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
 
     `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
     run after that step as if it had been killed there (checkpoints as configured).
+    Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
+    ranks return the same history.
     """
     from .eval import evaluate
     from .scoring import Scorer
 
+    main = dist.is_main()
+    if not main:
+        progress, log = False, _quiet
     run_dir = cfg.run_dir
-    checkpoint = find_checkpoint(run_dir)
-    if resume:
-        if not (run_dir / "config.yaml").is_file():
-            raise TrainingError(f"--resume: no run in {run_dir} (no config.yaml, no checkpoint)")
-        check_resumable(run_dir, cfg)
-    elif checkpoint is not None or (run_dir / "history.jsonl").exists():
-        raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    checkpoint = open_run_dir(run_dir, cfg, resume) if main else None
 
     puzzles = training_puzzles(cfg)
     if not puzzles:
@@ -406,7 +434,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     policy = build_policy(cfg)
     optimizer = make_optimizer(cfg)
     start_step = 0
-    if resume:
+    if resume and main:
         if checkpoint is not None:
             start_step = load_checkpoint(checkpoint, policy, optimizer)
         for name in ("history.jsonl", "rollouts.jsonl"):
@@ -421,35 +449,43 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     if own_env:
         env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward)
     try:
-        def greedy_eval(name: str) -> dict[str, Any]:
-            policy.model.eval()
-            report = evaluate(policy.model, policy.tokenizer, env, eval_set,
-                              max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
-                              batch_size=cfg.sampling.batch_size, progress=progress)
-            from .cliutil import write_json_atomic
-            from .eval import run_metadata
-            report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
-            write_json_atomic(run_dir / f"eval-{name}.json", report)
+        start_step = sync_ranks(policy, optimizer, start_step)
+
+        def greedy_eval(name: str, label: str) -> dict[str, Any] | None:
+            """Rank 0 evaluates (and logs); the other ranks wait for it, without a time limit."""
+            report = None
+            if main:
+                policy.model.eval()
+                report = evaluate(policy.model, policy.tokenizer, env, eval_set,
+                                  max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
+                                  batch_size=cfg.sampling.batch_size, progress=progress)
+                from .cliutil import write_json_atomic
+                from .eval import run_metadata
+                report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
+                          **report}
+                write_json_atomic(run_dir / f"eval-{name}.json", report)
+                log(_eval_line(label, report))
+            dist.barrier(f"rank 0's evaluation '{name}'", timeout=False)
             return report
 
         if cfg.train.final_eval and start_step == 0 and eval_set:
-            result.eval_before = greedy_eval("before")
-            log(_eval_line("before", result.eval_before))
+            result.eval_before = greedy_eval("before", "before")
         bar = _step_bar(cfg.train.steps, start_step) if progress else None
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
             record, rollouts = run_step(policy, optimizer, env, chosen, step, progress)
-            append_jsonl(run_dir / "history.jsonl", record)
-            for puzzle, group in zip(rollouts.puzzles, rollouts.groups):
-                for r in group:
-                    append_jsonl(run_dir / "rollouts.jsonl", {"step": step, "puzzle_id": puzzle.id,
-                                                               "reward": r.reward, "solved": r.solved,
-                                                               "completion": r.sample.text})
+            groups = dist.unshard([[{"step": step, "puzzle_id": puzzle.id, "reward": r.reward, "solved": r.solved,
+                                     "completion": r.sample.text} for r in group]
+                                   for puzzle, group in zip(rollouts.puzzles, rollouts.groups)])
             result.history.append(record)
-            if step % cfg.train.save_every == 0 or step == cfg.train.steps:
-                save_checkpoint(run_dir, policy, optimizer, step)
+            if main:
+                append_jsonl(run_dir / "history.jsonl", record)
+                for line in (line for group in groups for line in group):
+                    append_jsonl(run_dir / "rollouts.jsonl", line)
+                if step % cfg.train.save_every == 0 or step == cfg.train.steps:
+                    save_checkpoint(run_dir, policy, optimizer, step)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
-                log(_eval_line(f"step-{step}", greedy_eval(f"step-{step:04d}")))
+                greedy_eval(f"step-{step:04d}", f"step-{step}")
             if bar is not None:
                 bar.set_postfix(reward=f"{record['reward_mean']:.2f}", solved=f"{record['solve_rate']:.2f}",
                                 kl=f"{record['kl'] or 0:.3f}", s=f"{record['step_s']:.0f}", refresh=False)
@@ -459,12 +495,48 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         if bar is not None:
             bar.close()
         if cfg.train.final_eval and eval_set:
-            result.eval_after = greedy_eval("after")
-            log(_eval_line("after", result.eval_after))
+            result.eval_after = greedy_eval("after", "after")
+    except dist.DistributedError as exc:
+        raise TrainingError(str(exc)) from exc
     finally:
         if own_env:
             env.close()
     return result
+
+
+def open_run_dir(run_dir: Path, cfg: Config, resume: bool) -> Path | None:
+    """Check that the run directory fits `resume`, create it and write config.yaml; returns the
+    checkpoint to resume from, if any."""
+    checkpoint = find_checkpoint(run_dir)
+    if resume:
+        if not (run_dir / "config.yaml").is_file():
+            raise TrainingError(f"--resume: no run in {run_dir} (no config.yaml, no checkpoint)")
+        check_resumable(run_dir, cfg)
+    elif checkpoint is not None or (run_dir / "history.jsonl").exists():
+        raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return checkpoint
+
+
+def sync_ranks(policy: Policy, optimizer: optim.Optimizer, start_step: int) -> int:
+    """Data-parallel: every rank takes rank 0's start step, trainable weights and (when resuming)
+    optimizer state, so the ranks agree and hosts without the run directory can resume."""
+    if dist.size() == 1:
+        return start_step
+    start_step = int(dist.all_sum({"step": start_step if dist.is_main() else 0})["step"])
+    model = policy.model
+    model.update(dist.broadcast_tree(model.trainable_parameters(), "the broadcast of the weights"))
+    if start_step > 0:
+        if not dist.is_main():
+            optimizer.init(model.trainable_parameters())
+        optimizer.state = dist.broadcast_tree(optimizer.state, "the broadcast of the optimizer state")
+    mx.eval(model.parameters(), optimizer.state)
+    return start_step
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def _eval_line(name: str, report: dict[str, Any]) -> str:
