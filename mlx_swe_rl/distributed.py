@@ -23,6 +23,7 @@ Note that `mlx.launch` itself (MLX 0.32) exits 0 even when a rank failed: read i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -96,6 +97,11 @@ def unshard(mine: list) -> list:
 def all_sum(values: dict[str, float]) -> dict[str, float]:
     """Sum a dict of numbers over the ranks (same keys on every rank), in float64."""
     return _reduce(values, mx.distributed.all_sum, "all_sum")
+
+
+def broadcast(values: dict[str, float]) -> dict[str, float]:
+    """Rank 0's numbers on every rank."""
+    return all_sum({k: v if is_main() else 0.0 for k, v in values.items()})
 
 
 def all_max(values: dict[str, float]) -> dict[str, float]:
@@ -181,14 +187,18 @@ def broadcast_tree(tree: Any, what: str = "broadcast from rank 0") -> Any:
 
 # --- bounded waits -----------------------------------------------------------------------------
 
+@functools.cache
 def timeout_s() -> float:
     """How long one rank waits in a collective for the others (MLX_SWE_RL_DIST_TIMEOUT)."""
     raw = os.environ.get(TIMEOUT_ENV, "")
     try:
         value = float(raw) if raw else DEFAULT_TIMEOUT_S
     except ValueError:
-        raise DistributedError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    return value if value > 0 else DEFAULT_TIMEOUT_S
+        value = -1.0
+    if value <= 0:
+        sys.stderr.write(f"warning: ignoring {TIMEOUT_ENV}={raw!r} (not a positive number of seconds)\n")
+        value = DEFAULT_TIMEOUT_S
+    return value
 
 
 def _run(make, what: str, timeout: bool = True) -> mx.array:
@@ -211,12 +221,13 @@ class _Watchdog:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.deadline: float | None = None
+        self.seconds = 0.0
         self.what = ""
         self.thread: threading.Thread | None = None
 
     def arm(self, what: str, seconds: float) -> None:
         with self.lock:
-            self.deadline, self.what = time.monotonic() + seconds, what
+            self.deadline, self.seconds, self.what = time.monotonic() + seconds, seconds, what
             if self.thread is None:
                 self.thread = threading.Thread(target=self._watch, name="dist-watchdog", daemon=True)
                 self.thread.start()
@@ -230,10 +241,10 @@ class _Watchdog:
             time.sleep(0.5)
             with self.lock:
                 expired = self.deadline is not None and time.monotonic() > self.deadline
-                what = self.what
+                what, seconds = self.what, self.seconds
             if expired:
                 who = f"rank {_group.rank()}" if _group is not None else f"rank {os.environ.get('MLX_RANK', '?')}"
-                sys.stderr.write(f"\nError: {who} waited more than {timeout_s():.0f}s for the other ranks in "
+                sys.stderr.write(f"\nError: {who} waited more than {seconds:.0f}s for the other ranks in "
                                  f"{what}; one of them hangs or is unreachable. Stopping "
                                  f"(set {TIMEOUT_ENV} to wait longer).\n")
                 sys.stderr.flush()

@@ -161,12 +161,12 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
         if kept.completions:
             groups.append(kept)
     lengths = [len(c) for g in groups for c in g.completions]
-    step = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
+    whole = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
     weights = iter(token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens,
-                                 total_kept=int(step["kept"]), total_tokens=int(step["tokens"])).tolist())
+                                 total_kept=int(whole["kept"]), total_tokens=int(whole["tokens"])).tolist())
     for g in groups:
         g.weights = [next(weights) for _ in g.completions]
-    info = {"zero_var_frac": 1.0 - step["valid"] / step["groups"], "loss_completions": int(step["kept"])}
+    info = {"zero_var_frac": 1.0 - whole["valid"] / whole["groups"], "loss_completions": int(whole["kept"])}
     return groups, info
 
 
@@ -219,7 +219,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
             grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
             mx.eval(grads, loss, stats)
             for key, value in {"loss": loss, **stats}.items():
-                sums[key] += value.item()
+                sums[key] = sums.get(key, 0.0) + value.item()
         if grads is None:
             grads = tree_map(mx.zeros_like, model.trainable_parameters())
         grads, sums = dist.all_sum_tree(grads), dist.all_sum(sums)  # the whole step's (no-ops on one rank)
@@ -524,7 +524,7 @@ def sync_ranks(policy: Policy, optimizer: optim.Optimizer, start_step: int) -> i
     optimizer state, so the ranks agree and hosts without the run directory can resume."""
     if dist.size() == 1:
         return start_step
-    start_step = int(dist.all_sum({"step": start_step if dist.is_main() else 0})["step"])
+    start_step = int(dist.broadcast({"step": start_step})["step"])
     model = policy.model
     model.update(dist.broadcast_tree(model.trainable_parameters(), "the broadcast of the weights"))
     if start_step > 0:

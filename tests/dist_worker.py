@@ -1,14 +1,16 @@
 """One training process for tests/test_distributed.py.
 
-    mlx.launch --backend ring -n 2 python tests/dist_worker.py --model DIR --out DIR --run NAME:K=V,K=V ...
-    python tests/dist_worker.py ...                      # the same runs on one rank
+    mlx.launch --backend ring -n 2 python tests/dist_worker.py --model DIR --out DIR --run NAME:KEY=VALUE,...
+    python tests/dist_worker.py ...        # the same runs on one rank, without a launcher
 
 Rollouts are fixed: `collect_rollouts` is replaced by a function of the puzzle ids alone
 (token ids, rewards, truncation), so a 1-rank and a 2-rank run see the same data whatever the
 sampler would have drawn, and their updates must agree. Each `--run` is one `train` call, run
-in order in this process. `--dump DIR` writes each rank's final trainable weights and history
-there (outside the run directory). `--crash-rank/--crash-step` make that rank exit with
-`--crash-code` when it reaches the step; `--hang-rank/--hang-step` make it sleep instead.
+in order in this process; its KEY=VALUEs are config overrides or worker options (`OPTIONS`).
+Rank 0 trains into `--out`, other ranks are given `OUT-rankR`, which must never appear (they
+must not touch a run directory). `--dump DIR` writes each rank's final trainable weights and
+history there. `--crash-rank/--crash-step` make that rank exit with `--crash-code` when it
+reaches the step; `--hang-rank/--hang-step` make it sleep instead.
 """
 
 from __future__ import annotations
