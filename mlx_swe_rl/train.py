@@ -29,6 +29,10 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
         result = train(cfg, resume=resume, progress=not quiet, log=click.echo)
     except (ConfigError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
         fail(str(exc))
+    from .distributed import is_main
+
+    if not is_main():  # rank 0 reports for the whole data-parallel run
+        return
     history = result.history
     if history:
         first, last = history[0], history[-1]

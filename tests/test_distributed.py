@@ -211,3 +211,31 @@ def test_a_hung_rank_stops_the_run_after_the_timeout(ring, tiny_model_dir, tmp_p
     assert "Node with rank 0 exited with code 75" in result.stderr, text
     assert "done" not in result.stdout, text
     assert [h["step"] for h in history(tmp_path / "out" / "hang")] == [1]
+
+
+# ------------------------------------------------------------------------------ without a launcher
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
+def test_token_weights_of_parts_with_the_whole_steps_totals(aggregation):
+    from mlx_swe_rl.grpo import token_weights
+
+    lengths = [3, 0, 7, 1, 5, 0, 2]
+    whole = token_weights(mx.array(lengths), aggregation, 8).tolist()
+    kept, tokens = sum(n > 0 for n in lengths), sum(lengths)
+    parts = [token_weights(mx.array(lengths[r::2]), aggregation, 8, total_kept=kept, total_tokens=tokens).tolist()
+             for r in (0, 1)]
+    np.testing.assert_allclose([parts[i % 2][i // 2] for i in range(len(lengths))], whole, rtol=1e-7)
+
+
+def test_one_process_is_a_group_of_one():
+    """Not launched: every helper returns its input, nothing is sent, no watchdog runs."""
+    from mlx_swe_rl import distributed as dist
+
+    assert (dist.rank(), dist.size(), dist.is_main()) == (0, 1, True)
+    items = list(range(5))
+    assert dist.shard(items) == items and dist.unshard(items) == items
+    values = {"a": 1, "b": 2.5}
+    assert dist.all_sum(values) == values and dist.all_max(values) == values and dist.broadcast(values) == values
+    tree = {"w": mx.ones((2, 2))}
+    assert dist.all_sum_tree(tree) is tree and dist.broadcast_tree(tree) is tree
+    dist.barrier("nothing")
+    assert dist._watchdog.thread is None
