@@ -163,8 +163,12 @@ def load_puzzles(root: Path | None = None, tiers: list[str] | None = None, split
         if p.id in seen:
             raise PuzzleError(f"{p.path}: id: '{p.id}' is also used by {seen[p.id]}")
         seen[p.id] = p.path
+    order = {t: i for i, t in enumerate(TIERS)}
+    return filter_puzzles(sorted(puzzles, key=lambda p: (order.get(p.tier, len(TIERS)), p.tier, p.id)), tiers, split)
+
+
+def filter_puzzles(puzzles: list[Puzzle], tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
+    """The puzzles of the given tiers (None = all) and split, in their given order."""
     if split not in ("all", *SPLITS):
         raise PuzzleError(f"split: '{split}' must be one of all, {', '.join(SPLITS)}")
-    puzzles = [p for p in puzzles if (tiers is None or p.tier in tiers) and split in ("all", p.split)]
-    order = {t: i for i, t in enumerate(TIERS)}
-    return sorted(puzzles, key=lambda p: (order.get(p.tier, len(TIERS)), p.tier, p.id))
+    return [p for p in puzzles if (tiers is None or p.tier in tiers) and split in ("all", p.split)]

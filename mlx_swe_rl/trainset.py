@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .puzzles import Puzzle, default_puzzle_dir, load_puzzles
+from .puzzles import Puzzle, default_puzzle_dir, filter_puzzles, load_puzzles
 
 
 class TrainSetError(ValueError):
@@ -50,10 +50,10 @@ def _read(path: Path) -> dict:
 def load_train_set(path: Path, tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
     """The puzzles a train-set file names, in file order, filtered by tier and split."""
     data = _read(path)
-    root = source_directory(Path(path)) or default_puzzle_dir()
-    by_id = {p.id: p for p in load_puzzles(root, tiers, split)}
-    every = {p.id for p in load_puzzles(root)}
+    directory = data.get("puzzle_dir")
+    root = default_puzzle_dir() if directory is None else Path(path).parent / directory
+    every = {p.id: p for p in load_puzzles(root)}
     missing = [pid for pid in data["puzzles"] if pid not in every]
     if missing:
         raise TrainSetError(f"{path}: puzzles: unknown id '{missing[0]}' (not in {root})")
-    return [by_id[pid] for pid in data["puzzles"] if pid in by_id]
+    return filter_puzzles([every[pid] for pid in data["puzzles"]], tiers, split)
