@@ -107,6 +107,9 @@ def load_model(spec: str, *, adapter: str | Path | None = None, dtype: str | Non
     if dtype is not None:
         model.set_dtype(getattr(mx, dtype))
         mx.eval(model.parameters())
+    from .fastmath import install
+
+    install()  # exp-heavy ops that MLX's x86 CPU build runs slowly (fastmath.py)
     return model, tokenizer
 
 

@@ -19,7 +19,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from .config import FinetuneConfig
-from .grpo import token_log_probs
+from . import fastmath
 
 
 def lora_parameters(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -132,6 +132,60 @@ def lm_head(model: nn.Module, hidden: mx.array) -> mx.array:
     return model.model.embed_tokens.as_linear(hidden)
 
 
+def head_module(model: nn.Module) -> nn.Module:
+    """The module holding the output projection's weights (the embedding when they are tied)."""
+    return model.lm_head if getattr(model, "lm_head", None) is not None else model.model.embed_tokens
+
+
+LOGITS_CHUNK_BYTES = 64 * 2**20  # float32 logits materialised at once by `head_log_probs`
+
+
+def head_log_probs(model: nn.Module, hidden: mx.array, targets: mx.array, lengths: list[int],
+                   with_entropy: bool = False) -> tuple[mx.array, mx.array | None]:
+    """log pi(target) [B, W] from final hidden states [B, W, H], on the first lengths[b]
+    positions of row b (0 elsewhere), and with `with_entropy` the policy's entropy there (no
+    gradient).
+
+    Padding positions never reach the LM head. The head and log-softmax run in chunks of
+    positions whose float32 logits fit in LOGITS_CHUNK_BYTES; with several chunks each is
+    checkpointed (its logits are freed after the forward and recomputed in the backward), so
+    memory does not grow with G x length x vocab: with Qwen's 151,936-token vocabulary one
+    384-token completion is already 233 MB of logits.
+    """
+    batch, width, dim = hidden.shape
+    # Flat indices of the real positions, and for every [b, w] slot its index among them
+    # (padding points at an appended 0).
+    real = [b * width + w for b, n in enumerate(lengths) for w in range(n)]
+    slot = [0] * (batch * width)
+    for i, flat in enumerate(real):
+        slot[flat] = i + 1
+    index = mx.array(real, dtype=mx.int32)
+    flat_hidden = hidden.reshape(batch * width, dim)[index]
+    flat_targets = targets.reshape(batch * width)[index]
+    step = max(1, LOGITS_CHUNK_BYTES // (4 * head_module(model).weight.shape[0]))
+
+    def chunk(h: mx.array, t: mx.array) -> tuple[mx.array, mx.array]:
+        logits = lm_head(model, h).astype(mx.float32)
+        lse = fastmath.logsumexp(logits)
+        # stop_gradient: the checkpoint differentiates all inputs, and token ids have no gradient
+        logp = mx.take_along_axis(logits, mx.stop_gradient(t)[:, None], axis=-1)[:, 0] - lse
+        if not with_entropy:
+            return logp, logp
+        frozen, frozen_lse = mx.stop_gradient(logits), mx.stop_gradient(lse)
+        probs = fastmath.exp(frozen - frozen_lse[:, None])
+        return logp, frozen_lse - (probs * frozen).sum(-1)
+
+    run = chunk if step >= len(real) else nn.utils.checkpoint(head_module(model), chunk)
+    parts = [run(flat_hidden[i:i + step], flat_targets[i:i + step]) for i in range(0, len(real), step)]
+    slots = mx.array(slot, dtype=mx.int32)
+
+    def unflatten(values: list[mx.array]) -> mx.array:
+        return mx.concatenate([mx.zeros((1,), mx.float32), *values])[slots].reshape(batch, width)
+
+    entropy = unflatten([mx.stop_gradient(p[1]) for p in parts]) if with_entropy else None
+    return unflatten([p[0] for p in parts]), entropy
+
+
 def completion_log_probs(model: nn.Module, batch: SequenceBatch, with_entropy: bool = False
                          ) -> tuple[mx.array, mx.array | None]:
     """log pi(completion token) for every completion position: [B, width] (0 beyond the end).
@@ -145,14 +199,7 @@ def completion_log_probs(model: nn.Module, batch: SequenceBatch, with_entropy: b
     positions = mx.minimum(positions, batch.tokens.shape[1] - 1)
     picked = mx.take_along_axis(hidden, positions[..., None], axis=1)  # [B, width, H]
     targets = mx.take_along_axis(batch.tokens, mx.minimum(positions + 1, batch.tokens.shape[1] - 1), axis=1)
-    logits = lm_head(model, picked).astype(mx.float32)
-    logp = token_log_probs(logits, targets) * batch.mask()
-    entropy = None
-    if with_entropy:
-        lse = mx.logsumexp(mx.stop_gradient(logits), axis=-1, keepdims=True)
-        probs = mx.exp(mx.stop_gradient(logits) - lse)
-        entropy = (lse[..., 0] - (probs * mx.stop_gradient(logits)).sum(-1)) * batch.mask()
-    return logp, entropy
+    return head_log_probs(model, picked, targets, batch.completion_lens.tolist(), with_entropy)
 
 
 # --- the same, with the prompt computed once per group -----------------------------------------
@@ -220,12 +267,4 @@ def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = Fa
         hidden = mx.concatenate([first, rest], axis=1)
     else:
         hidden = first
-    logits = lm_head(model, hidden).astype(mx.float32)
-    mask = batch.mask()
-    logp = token_log_probs(logits, batch.tokens) * mask
-    entropy = None
-    if with_entropy:
-        frozen = mx.stop_gradient(logits)
-        lse = mx.logsumexp(frozen, axis=-1, keepdims=True)
-        entropy = (lse[..., 0] - (mx.exp(frozen - lse) * frozen).sum(-1)) * mask
-    return logp, entropy
+    return head_log_probs(model, hidden, batch.tokens, batch.completion_lens.tolist(), with_entropy)

@@ -38,3 +38,31 @@ def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
     scale = max(mx.abs(v).max().item() for v in flat_plain.values())
     worst = max(mx.abs(flat_plain[k] - flat_group[k]).max().item() for k in flat_plain)
     assert scale > 1 and worst < 1e-5 * scale
+
+
+def test_chunked_head_matches_one_chunk_including_full_finetune_gradients(tiny_model_dir, monkeypatch):
+    from mlx_swe_rl import policy
+
+    model, _ = load_model(str(tiny_model_dir))
+    prepare_policy(model, FinetuneConfig(mode="full"))  # the head's weights get gradients too
+    prompt = list(range(5, 40))
+    completions = [[7, 8, 9, 10, 3], [11, 12], [13, 14, 15, 16, 17, 18, 4]]
+    advantages = mx.array([1.0, -0.5, 0.3])
+
+    def run():
+        def loss():
+            logp, entropy = group_log_probs(model, GroupBatch.build(prompt, completions), True)
+            return (logp.sum(axis=1) * advantages).sum(), (logp, entropy)
+        (_, outputs), grads = nn.value_and_grad(model, lambda: loss())()
+        mx.eval(outputs, grads)
+        return outputs, dict(tree_flatten(grads))
+
+    (logp, entropy), grads = run()
+    vocab = policy.head_module(model).weight.shape[0]
+    monkeypatch.setattr(policy, "LOGITS_CHUNK_BYTES", 4 * vocab * 3)  # 3 positions per chunk
+    (logp_c, entropy_c), grads_c = run()
+    assert mx.abs(logp - logp_c).max().item() < 1e-6
+    assert mx.abs(entropy - entropy_c).max().item() < 1e-6
+    assert (logp_c[1, 2:] == 0).all().item() and (entropy_c[1, 2:] == 0).all().item()
+    scale = max(mx.abs(v).max().item() for v in grads.values())
+    assert max(mx.abs(grads[k] - grads_c[k]).max().item() for k in grads) < 1e-5 * scale

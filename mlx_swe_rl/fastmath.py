@@ -1,0 +1,225 @@
+"""exp, softmax, log-sum-exp, SwiGLU and attention built from MLX ops that run fast on x86 CPUs.
+
+Why this exists: MLX's x86-64 CPU wheels compute `exp` (and `sigmoid`, `softmax`,
+`logsumexp`, which use it) through a polynomial written with `fma`; built without FMA
+instructions, each `fma` becomes a call into libm's software emulation. Measured on a
+Xeon (MLX 0.32.4): `mx.exp` 25 ns per float32 element, numpy's exp 0.7 ns. exp sits in every
+SiLU of the MLP, every attention softmax and every log-softmax over the vocabulary, so it
+was more than half of a training forward pass (bench/NOTES.md).
+
+`fast_exp` computes the same function with plain multiplies and adds that `mx.compile` fuses
+into a few vectorised loops (about 2 ns per element): n = round(x log2 e), r = x - n ln 2
+(Cody-Waite, two steps), exp(r) by a degree-7 polynomial (Cephes' expf coefficients), and
+2^n placed straight into the float's exponent bits. Relative error <= 1e-7 on [-87, 88];
+inputs below -87 give ~1e-38 rather than 0 (callers that need exact zeros mask them).
+
+`install()` points mlx-lm's Llama and Qwen2 blocks at `swiglu` and `attention` from this
+module. It is on by default only where it pays (the CPU device on x86-64); on Apple Silicon
+and GPUs, MLX's own kernels are used. `MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import partial
+from typing import Any
+
+import mlx.core as mx
+
+LOG2E = 1.4426950408889634
+LN2_HI = 0.693359375  # ln 2 split so n * LN2_HI is exact for |n| < 2^11
+LN2_LO = -2.12194440e-4
+ROUNDER = 12582912.0  # 1.5 * 2^23: adding it rounds to an integer kept in the low mantissa bits
+# exp(r) = 1 + r + r^2 (C0 + C1 r + ... + C5 r^5) on |r| <= ln(2) / 2 (Cephes expf)
+C0, C1, C2, C3, C4, C5 = 5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3, \
+    1.3981999507e-3, 1.9875691500e-4
+
+
+@mx.compile
+def _reduce(x: mx.array) -> tuple[mx.array, mx.array]:
+    x = mx.clip(x, -87.0, 88.0)
+    y = x * LOG2E + ROUNDER
+    n = y - ROUNDER
+    r = (x - n * LN2_HI) - n * LN2_LO
+    return y, r
+
+
+@mx.compile
+def _poly(r: mx.array) -> mx.array:
+    # Estrin's scheme: shallow enough for one fused loop (MLX fuses at most 11 levels).
+    r2 = r * r
+    p = (C0 + C1 * r) + r2 * (C2 + C3 * r) + (r2 * r2) * (C4 + C5 * r)
+    return (r2 * p + r) + 1.0
+
+
+@mx.compile
+def _scale_bits(y_bits: mx.array, p_bits: mx.array) -> mx.array:
+    # y's low mantissa bits hold n; shifted by 23 they add n to p's exponent: p * 2^n.
+    return p_bits + (y_bits << 23)
+
+
+def _fast_exp_f32(x: mx.array) -> mx.array:
+    y, r = _reduce(x)
+    p = _poly(r)
+    return _scale_bits(y.view(mx.int32), p.view(mx.int32)).view(mx.float32)
+
+
+@mx.custom_function
+def fast_exp(x: mx.array) -> mx.array:
+    """exp(x), computed in float32 and returned in x's dtype."""
+    return _fast_exp_f32(x.astype(mx.float32)).astype(x.dtype)
+
+
+@fast_exp.vjp
+def _fast_exp_vjp(x: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
+    return cotangent * output
+
+
+def _sigmoid(x: mx.array) -> mx.array:
+    return 1.0 / (1.0 + _fast_exp_f32(-x))
+
+
+@mx.custom_function
+def _swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    g = gate.astype(mx.float32)
+    return (g * _sigmoid(g) * up.astype(mx.float32)).astype(gate.dtype)
+
+
+@_swiglu.vjp
+def _swiglu_vjp(primals: Any, cotangent: mx.array, output: mx.array) -> tuple[mx.array, mx.array]:
+    gate, up = primals
+    # Recompute sigmoid rather than keep it: one more exp is cheaper than a stored activation.
+    g, u, c = gate.astype(mx.float32), up.astype(mx.float32), cotangent.astype(mx.float32)
+    s = _sigmoid(g)
+    d_gate = c * u * s * (1.0 + g * (1.0 - s))
+    return d_gate.astype(gate.dtype), (c * g * s).astype(up.dtype)
+
+
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, the gated MLP activation of Llama and Qwen2."""
+    return _swiglu(gate, up)
+
+
+@mx.custom_function
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis in float32; -inf entries get exactly 0, and a row that is all
+    -inf gives zeros (not NaN)."""
+    x = x.astype(mx.float32)
+    m = mx.max(x, axis=-1, keepdims=True)
+    e = mx.where(x == -mx.inf, 0.0, _fast_exp_f32(x - m))
+    return e / mx.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
+
+
+@softmax.vjp
+def _softmax_vjp(x: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
+    c = cotangent.astype(mx.float32)
+    return (output * (c - (c * output).sum(axis=-1, keepdims=True))).astype(x.dtype)
+
+
+@mx.custom_function
+def fast_logsumexp(x: mx.array) -> mx.array:
+    """log sum exp over the last axis, in float32: [..., V] -> [...]."""
+    x = x.astype(mx.float32)
+    m = mx.stop_gradient(mx.max(x, axis=-1, keepdims=True))
+    return (mx.log(_fast_exp_f32(x - m).sum(axis=-1, keepdims=True)) + m)[..., 0]
+
+
+@fast_logsumexp.vjp
+def _logsumexp_vjp(x: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
+    # d lse / dx = softmax(x), recomputed from the output rather than stored.
+    probs = _fast_exp_f32(x.astype(mx.float32) - output[..., None])
+    return (cotangent[..., None] * probs).astype(x.dtype)
+
+
+def attention(queries: mx.array, keys: mx.array, values: mx.array, *, scale: float,
+              mask: str | mx.array | None = None) -> mx.array:
+    """Scaled dot-product attention with grouped KV heads, as mx.fast.scaled_dot_product_attention.
+
+    queries [B, H, L, D], keys/values [B, Hkv, S, D]; mask None, "causal" (query i sees keys
+    up to S - L + i) or an array broadcastable to [B, H, L, S]: boolean (True = attend) or
+    additive. Computes in float32 and returns the queries' dtype.
+    """
+    batch, heads, length, dim = queries.shape
+    kv_heads, span = keys.shape[1], keys.shape[2]
+    repeats = heads // kv_heads
+    q = (queries.astype(mx.float32) * scale).reshape(batch, kv_heads, repeats, length, dim)
+    k = keys.astype(mx.float32)[:, :, None]
+    v = values.astype(mx.float32)[:, :, None]
+    scores = q @ k.swapaxes(-1, -2)  # [B, Hkv, R, L, S]
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"unknown attention mask '{mask}'")
+        keep = (mx.arange(length)[:, None] + (span - length)) >= mx.arange(span)[None]
+        scores = mx.where(keep, scores, -mx.inf)
+    elif mask is not None:
+        if mask.ndim == 4:  # [B or 1, H or 1, L, S] -> the grouped layout
+            mask = mask.reshape(mask.shape[0], -1, 1, length, span) if mask.shape[1] == 1 else \
+                mask.reshape(mask.shape[0], kv_heads, repeats, length, span)
+        scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
+    out = softmax(scores) @ v
+    return out.reshape(batch, heads, length, dim).astype(queries.dtype)
+
+
+def exp(x: mx.array) -> mx.array:
+    """mx.exp, through `fast_exp` while the fast path is installed."""
+    return fast_exp(x) if installed() else mx.exp(x)
+
+
+def logsumexp(x: mx.array) -> mx.array:
+    """mx.logsumexp over the last axis in float32, through `fast_logsumexp` while installed."""
+    return fast_logsumexp(x) if installed() else mx.logsumexp(x.astype(mx.float32), axis=-1)
+
+
+# --- wiring into mlx-lm ------------------------------------------------------------------------
+
+PATCHED_MODULES = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
+_originals: dict[tuple[str, str], Any] = {}
+
+
+def wanted() -> bool:
+    """Whether the fast path should be used: `MLX_SWE_RL_FAST_MATH` if set, else the CPU on x86-64."""
+    setting = os.environ.get("MLX_SWE_RL_FAST_MATH", "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting in ("1", "true", "yes", "on"):
+        return True
+    return mx.default_device() == mx.cpu and platform.machine().lower() in ("x86_64", "amd64")
+
+
+# Below this many attention scores MLX's single fused op wins: the ~20 small ops of `attention`
+# cost more in dispatch than the exps they save (one decode step: 8 x 9 heads x 1 x ~200 keys).
+MIN_FAST_SCORES = 2**17
+
+
+def _mlx_lm_sdpa(queries: mx.array, keys: mx.array, values: mx.array, cache: Any, scale: float,
+                 mask: Any, sinks: mx.array | None = None) -> mx.array:
+    """mlx-lm's `scaled_dot_product_attention` signature; quantized caches, sinks and small
+    problems (decoding) go to mlx-lm's own."""
+    scores = queries.shape[0] * queries.shape[1] * queries.shape[2] * keys.shape[2]
+    if hasattr(cache, "bits") or sinks is not None or scores < MIN_FAST_SCORES:
+        return _originals[("mlx_lm.models.llama", "scaled_dot_product_attention")](
+            queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    return attention(queries, keys, values, scale=scale, mask=mask)
+
+
+def install(enable: bool | None = None) -> bool:
+    """Use the fast ops in mlx-lm's Llama and Qwen2 models (`enable` None: `wanted()`); with
+    `enable` False, restore mlx-lm's own. Returns whether the fast path is now installed."""
+    import importlib
+
+    enable = wanted() if enable is None else enable
+    replacements = {"swiglu": swiglu, "scaled_dot_product_attention": _mlx_lm_sdpa}
+    for name in PATCHED_MODULES:
+        module = importlib.import_module(name)
+        for attr, fast in replacements.items():
+            _originals.setdefault((name, attr), getattr(module, attr))
+            setattr(module, attr, fast if enable else _originals[(name, attr)])
+    return enable
+
+
+def installed() -> bool:
+    """Whether mlx-lm's Llama blocks currently use this module's ops."""
+    import mlx_lm.models.llama as llama
+
+    return llama.swiglu is swiglu
