@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import platform
-from functools import partial
 from typing import Any
 
 import mlx.core as mx
