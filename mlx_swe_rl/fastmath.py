@@ -1,21 +1,22 @@
-"""exp, softmax, log-sum-exp, SwiGLU and attention built from MLX ops that run fast on x86 CPUs.
+"""exp and SwiGLU built from MLX ops that run fast on x86 CPUs.
 
 Why this exists: MLX's x86-64 CPU wheels compute `exp` (and `sigmoid`, `softmax`,
 `logsumexp`, which use it) through a polynomial written with `fma`; built without FMA
-instructions, each `fma` becomes a call into libm's software emulation. Measured on a
-Xeon (MLX 0.32.4): `mx.exp` 25 ns per float32 element, numpy's exp 0.7 ns. exp sits in every
-SiLU of the MLP, every attention softmax and every log-softmax over the vocabulary, so it
-was more than half of a training forward pass (bench/NOTES.md).
+instructions, each `fma` becomes a call into libm's software emulation. Measured on a Xeon
+(MLX 0.32.4): `mx.exp` 25 ns per float32 element, numpy's exp 0.7 ns. The SiLU of every MLP
+is the biggest user (bench/NOTES.md has the measurements).
 
 `fast_exp` computes the same function with plain multiplies and adds that `mx.compile` fuses
-into a few vectorised loops (about 2 ns per element): n = round(x log2 e), r = x - n ln 2
-(Cody-Waite, two steps), exp(r) by a degree-7 polynomial (Cephes' expf coefficients), and
-2^n placed straight into the float's exponent bits. Relative error <= 1e-7 on [-87, 88];
-inputs below -87 give ~1e-38 rather than 0 (callers that need exact zeros mask them).
+into three vectorised loops (about 3 ns per element): n = round(x log2 e), r = x - n ln 2
+(Cody-Waite, two steps), exp(r) by Cephes' expf polynomial, and 2^n added straight into the
+float's exponent bits. Relative error < 1e-7 on [-87, 88]; inputs below -87 give ~1e-38
+rather than 0, inputs above 88 give exp(88).
 
-`install()` points mlx-lm's Llama and Qwen2 blocks at `swiglu` and `attention` from this
-module. It is on by default only where it pays (the CPU device on x86-64); on Apple Silicon
-and GPUs, MLX's own kernels are used. `MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off.
+`install()` points mlx-lm's Llama and Qwen2 MLPs at `swiglu` here. It is on by default only
+where it pays (the CPU device on x86-64); on Apple Silicon and GPUs MLX's own kernels are
+used. `MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off. Attention's softmax and the
+vocabulary log-softmax were tried too and lost to MLX's single fused primitives (slower, or
+several times the memory), so they are left alone; see bench/NOTES.md.
 """
 
 from __future__ import annotations
@@ -100,76 +101,6 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return _swiglu(gate, up)
 
 
-@mx.custom_function
-def softmax(x: mx.array) -> mx.array:
-    """Softmax over the last axis in float32; -inf entries get exactly 0, and a row that is all
-    -inf gives zeros (not NaN)."""
-    x = x.astype(mx.float32)
-    m = mx.max(x, axis=-1, keepdims=True)
-    e = mx.where(x == -mx.inf, 0.0, _fast_exp_f32(x - m))
-    return e / mx.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
-
-
-@softmax.vjp
-def _softmax_vjp(x: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
-    c = cotangent.astype(mx.float32)
-    return (output * (c - (c * output).sum(axis=-1, keepdims=True))).astype(x.dtype)
-
-
-@mx.custom_function
-def fast_logsumexp(x: mx.array) -> mx.array:
-    """log sum exp over the last axis, in float32: [..., V] -> [...]."""
-    x = x.astype(mx.float32)
-    m = mx.stop_gradient(mx.max(x, axis=-1, keepdims=True))
-    return (mx.log(_fast_exp_f32(x - m).sum(axis=-1, keepdims=True)) + m)[..., 0]
-
-
-@fast_logsumexp.vjp
-def _logsumexp_vjp(x: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
-    # d lse / dx = softmax(x), recomputed from the output rather than stored.
-    probs = _fast_exp_f32(x.astype(mx.float32) - output[..., None])
-    return (cotangent[..., None] * probs).astype(x.dtype)
-
-
-def attention(queries: mx.array, keys: mx.array, values: mx.array, *, scale: float,
-              mask: str | mx.array | None = None) -> mx.array:
-    """Scaled dot-product attention with grouped KV heads, as mx.fast.scaled_dot_product_attention.
-
-    queries [B, H, L, D], keys/values [B, Hkv, S, D]; mask None, "causal" (query i sees keys
-    up to S - L + i) or an array broadcastable to [B, H, L, S]: boolean (True = attend) or
-    additive. Computes in float32 and returns the queries' dtype.
-    """
-    batch, heads, length, dim = queries.shape
-    kv_heads, span = keys.shape[1], keys.shape[2]
-    repeats = heads // kv_heads
-    q = (queries.astype(mx.float32) * scale).reshape(batch, kv_heads, repeats, length, dim)
-    k = keys.astype(mx.float32)[:, :, None]
-    v = values.astype(mx.float32)[:, :, None]
-    scores = q @ k.swapaxes(-1, -2)  # [B, Hkv, R, L, S]
-    if isinstance(mask, str):
-        if mask != "causal":
-            raise ValueError(f"unknown attention mask '{mask}'")
-        keep = (mx.arange(length)[:, None] + (span - length)) >= mx.arange(span)[None]
-        scores = mx.where(keep, scores, -mx.inf)
-    elif mask is not None:
-        if mask.ndim == 4:  # [B or 1, H or 1, L, S] -> the grouped layout
-            mask = mask.reshape(mask.shape[0], -1, 1, length, span) if mask.shape[1] == 1 else \
-                mask.reshape(mask.shape[0], kv_heads, repeats, length, span)
-        scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
-    out = softmax(scores) @ v
-    return out.reshape(batch, heads, length, dim).astype(queries.dtype)
-
-
-def exp(x: mx.array) -> mx.array:
-    """mx.exp, through `fast_exp` while the fast path is installed."""
-    return fast_exp(x) if installed() else mx.exp(x)
-
-
-def logsumexp(x: mx.array) -> mx.array:
-    """mx.logsumexp over the last axis in float32, through `fast_logsumexp` while installed."""
-    return fast_logsumexp(x) if installed() else mx.logsumexp(x.astype(mx.float32), axis=-1)
-
-
 # --- wiring into mlx-lm ------------------------------------------------------------------------
 
 PATCHED_MODULES = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
@@ -186,29 +117,13 @@ def wanted() -> bool:
     return mx.default_device() == mx.cpu and platform.machine().lower() in ("x86_64", "amd64")
 
 
-# Below this many attention scores MLX's single fused op wins: the ~20 small ops of `attention`
-# cost more in dispatch than the exps they save (one decode step: 8 x 9 heads x 1 x ~200 keys).
-MIN_FAST_SCORES = 2**17
-
-
-def _mlx_lm_sdpa(queries: mx.array, keys: mx.array, values: mx.array, cache: Any, scale: float,
-                 mask: Any, sinks: mx.array | None = None) -> mx.array:
-    """mlx-lm's `scaled_dot_product_attention` signature; quantized caches, sinks and small
-    problems (decoding) go to mlx-lm's own."""
-    scores = queries.shape[0] * queries.shape[1] * queries.shape[2] * keys.shape[2]
-    if hasattr(cache, "bits") or sinks is not None or scores < MIN_FAST_SCORES:
-        return _originals[("mlx_lm.models.llama", "scaled_dot_product_attention")](
-            queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
-    return attention(queries, keys, values, scale=scale, mask=mask)
-
-
 def install(enable: bool | None = None) -> bool:
     """Use the fast ops in mlx-lm's Llama and Qwen2 models (`enable` None: `wanted()`); with
     `enable` False, restore mlx-lm's own. Returns whether the fast path is now installed."""
     import importlib
 
     enable = wanted() if enable is None else enable
-    replacements = {"swiglu": swiglu, "scaled_dot_product_attention": _mlx_lm_sdpa}
+    replacements = {"swiglu": swiglu}
     for name in PATCHED_MODULES:
         module = importlib.import_module(name)
         for attr, fast in replacements.items():

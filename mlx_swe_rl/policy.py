@@ -19,7 +19,6 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from .config import FinetuneConfig
-from . import fastmath
 
 
 def lora_parameters(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -166,13 +165,13 @@ def head_log_probs(model: nn.Module, hidden: mx.array, targets: mx.array, length
 
     def chunk(h: mx.array, t: mx.array) -> tuple[mx.array, mx.array]:
         logits = lm_head(model, h).astype(mx.float32)
-        lse = fastmath.logsumexp(logits)
+        lse = mx.logsumexp(logits, axis=-1)
         # stop_gradient: the checkpoint differentiates all inputs, and token ids have no gradient
         logp = mx.take_along_axis(logits, mx.stop_gradient(t)[:, None], axis=-1)[:, 0] - lse
         if not with_entropy:
             return logp, logp
         frozen, frozen_lse = mx.stop_gradient(logits), mx.stop_gradient(lse)
-        probs = fastmath.exp(frozen - frozen_lse[:, None])
+        probs = mx.exp(frozen - frozen_lse[:, None])
         return logp, frozen_lse - (probs * frozen).sum(-1)
 
     run = chunk if step >= len(real) else nn.utils.checkpoint(head_module(model), chunk)

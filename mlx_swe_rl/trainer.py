@@ -182,6 +182,17 @@ def no_grad_log_probs(model: nn.Module, batch: GroupBatch) -> mx.array:
     return logp
 
 
+def accumulate(loss_and_grad: Callable, grads: Any, sums: dict[str, float], *inputs: Any) -> Any:
+    """grads + this micro-batch's gradients, evaluated; adds its loss diagnostics to `sums`.
+    A function of its own so the micro-batch's gradients are released when it returns."""
+    (loss, stats), micro_grads = loss_and_grad(*inputs)
+    grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
+    mx.eval(grads, loss, stats)
+    for key, value in {"loss": loss, **stats}.items():
+        sums[key] = sums.get(key, 0.0) + value.item()
+    return grads
+
+
 def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGroup]) -> dict[str, float]:
     """mu optimizer updates on one batch of rollouts; returns the loss diagnostics. Data-parallel:
     gradients and loss sums are summed over the ranks before clipping, so all ranks apply the
@@ -215,11 +226,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     for iteration in range(g.num_iterations):
         grads, sums = None, dict.fromkeys(keys, 0.0)
         for (batch, adv, weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
-            (loss, stats), micro_grads = loss_and_grad(batch, adv, weights, old, ref)
-            grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
-            mx.eval(grads, loss, stats)
-            for key, value in {"loss": loss, **stats}.items():
-                sums[key] = sums.get(key, 0.0) + value.item()
+            grads = accumulate(loss_and_grad, grads, sums, batch, adv, weights, old, ref)
         if grads is None:
             grads = tree_map(mx.zeros_like, model.trainable_parameters())
         grads, sums = dist.all_sum_tree(grads), dist.all_sum(sums)  # the whole step's (no-ops on one rank)
@@ -227,6 +234,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
             grads, norm = optim.clip_grad_norm(grads, cfg.optim.max_grad_norm)
         else:
             norm = mx.sqrt(sum((v * v).sum() for _, v in tree_flatten(grads)))
+        mx.eval(grads, norm)  # frees the unclipped sum before the optimizer allocates its outputs
         norm = norm.item()
         if not (math.isfinite(sums["loss"]) and math.isfinite(norm)):
             raise TrainingError(f"non-finite loss ({sums['loss']}) or gradient norm ({norm}) at update "
