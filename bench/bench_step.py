@@ -8,14 +8,14 @@ runs), mu = 1. One warm-up step, then the median of the timed steps. Not a test:
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 from pathlib import Path
 
 import click
 
-from mlx_swe_rl.blas import blas_in_use
+from common import (Ceilings, ModelCounts, machine, machine_line, measure_ceilings, model_counts, print_table,
+                    write_result)
 from mlx_swe_rl.config import load_config
 from mlx_swe_rl.env import CodeFixEnv
 from mlx_swe_rl.prompts import build_messages
@@ -30,8 +30,6 @@ from mlx_swe_rl.trainer import build_policy, make_optimizer, run_step
 @click.option("--steps", default=3, show_default=True, help="Timed steps after one warm-up.")
 @click.option("--out", default="outputs/bench_step.json", show_default=True, type=click.Path(path_type=Path))
 def main(model_spec: str, steps: int, out: Path) -> None:
-    import mlx.core as mx
-
     cfg = load_config(None, [f"model.spec={model_spec}", "model.dtype=float32", "sampling.group_size=8",
                              "sampling.max_tokens=128", "sampling.temperature=0.8", "finetune.mode=lora",
                              "finetune.lora.rank=8", "finetune.lora.num_layers=-1", "grpo.beta=0.04",
@@ -40,16 +38,17 @@ def main(model_spec: str, steps: int, out: Path) -> None:
     policy = build_policy(cfg)
     optimizer = make_optimizer(cfg)
     puzzles = load_puzzles()
-    lengths = {p.id: len(encode_chat(policy.tokenizer, build_messages(p))) for p in puzzles}
-    puzzle = min(puzzles, key=lambda p: lengths[p.id])
-    records = []
+    lengths_of = {p.id: len(encode_chat(policy.tokenizer, build_messages(p))) for p in puzzles}
+    puzzle = min(puzzles, key=lambda p: lengths_of[p.id])
+    records, lengths = [], []
     with Scorer() as scorer, CodeFixEnv([puzzle], scorer) as env:
         for step in range(1, steps + 2):
-            record, _ = run_step(policy, optimizer, env, [puzzle], step)
+            record, rollouts = run_step(policy, optimizer, env, [puzzle], step)
             records.append(record)
+            lengths.append([r.sample.num_tokens for group in rollouts.groups for r in group])
             click.echo(f"step {step}{' (warm-up)' if step == 1 else ''}: {record['step_s']:.1f}s, "
                        f"{record['completion_len']:.0f} tokens/completion, reward {record['reward_mean']:.2f}")
-    timed = records[1:]
+    timed, timed_lengths = records[1:], lengths[1:]
     phases = {
         "sampling": [r["sample_s"] for r in timed],
         "scoring": [r["score_s"] for r in timed],
@@ -57,20 +56,48 @@ def main(model_spec: str, steps: int, out: Path) -> None:
         "forward/backward + update": [r["update_s"] - r["reference_s"] for r in timed],
         "whole step": [r["step_s"] for r in timed],
     }
+    floors = phase_floors(model_counts(policy.model), measure_ceilings(), lengths[1:], prompt_tokens=lengths_of[puzzle.id])
     peak = max(r["peak_memory_gb"] for r in timed)
-    click.echo(f"\nW1 on {model_spec} (float32), MLX {mx.__version__}, {mx.default_device()}, BLAS {blas_in_use()}")
-    click.echo(f"prompt: {puzzle.id} ({lengths[puzzle.id]} tokens), G=8, <= 128 new tokens, T=0.8, "
+    info = machine()
+    click.echo(f"\nW1 on {model_spec} (float32); {machine_line(info)}")
+    click.echo(f"prompt: {puzzle.id} ({lengths_of[puzzle.id]} tokens), G=8, <= 128 new tokens, T=0.8, "
                f"LoRA r=8 all layers, beta=0.04, mu=1; median of {len(timed)} steps after a warm-up")
-    click.echo(f"{'phase':<27}  {'median s':>8}")
-    for name, values in phases.items():
-        click.echo(f"{name:<27}  {statistics.median(values):>8.2f}")
-    click.echo(f"{'peak memory (MLX)':<27}  {peak:>7.2f} GB")
-    click.echo("targets (issue W1): step <= 25 s, peak memory <= 2 GB")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": model_spec, "prompt": puzzle.id, "prompt_tokens": lengths[puzzle.id],
-                               "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
-                               "peak_memory_gb": peak, "records": records, "mlx": mx.__version__,
-                               "blas": blas_in_use()}, indent=1))
+    rows = [{"phase": name, "median": statistics.median(values), "floor": floors.get(name),
+             "x": statistics.median(values) / floors[name] if floors.get(name) else None}
+            for name, values in phases.items()]
+    rows.append({"phase": "peak memory (GB, MLX)", "median": peak})
+    print_table(rows, [("phase", "phase", ""), ("median", "median s", ".2f"), ("floor", "floor s", ".2f"),
+                       ("x", "x floor", ".1f")], click.echo)
+    click.echo("floors: sampling = decode steps x max(weights / streaming rate, FLOPs / GEMM peak); "
+               "forwards = 2 FLOPs per weight per token / GEMM peak; backward (frozen weights: input "
+               "gradients only) = one more forward")
+    met = phases_median(phases)["whole step"] <= 25 and peak <= 2
+    click.echo(f"targets (issue W1): step <= 25 s, peak memory <= 2 GB: {'met' if met else 'not met'}")
+    write_result(out, {"model": model_spec, "prompt": puzzle.id, "prompt_tokens": lengths_of[puzzle.id],
+                       "phases_median_s": phases_median(phases), "floors_s": floors, "peak_memory_gb": peak,
+                       "targets": {"step_s": 25, "peak_memory_gb": 2}, "met": met, "records": records,
+                       "completion_tokens": timed_lengths, "machine": info})
+
+
+def phases_median(phases: dict[str, list[float]]) -> dict[str, float]:
+    return {k: statistics.median(v) for k, v in phases.items()}
+
+
+def phase_floors(counts: ModelCounts, ceilings: Ceilings, lengths: list[list[int]], prompt_tokens: int
+                 ) -> dict[str, float]:
+    """The median over timed steps of each phase's floor, from that step's completion lengths."""
+    per_step = []
+    for step_lengths in lengths:
+        group = len(step_lengths)
+        decode = max(step_lengths) * ceilings.floor_seconds(counts.forward_flops(group, group), counts.total_bytes)
+        prefill = counts.forward_flops(prompt_tokens, 0) / (ceilings.gflops * 1e9)
+        real = sum(step_lengths)
+        forward = counts.forward_flops(prompt_tokens + real, real) / (ceilings.gflops * 1e9)
+        per_step.append({"sampling": prefill + decode, "log-probs + reference": forward,
+                         "forward/backward + update": 2 * forward})
+    floors = {k: statistics.median(s[k] for s in per_step) for k in per_step[0]}
+    floors["whole step"] = sum(floors.values())
+    return floors
 
 
 if __name__ == "__main__":

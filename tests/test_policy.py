@@ -66,3 +66,26 @@ def test_chunked_head_matches_one_chunk_including_full_finetune_gradients(tiny_m
     assert (logp_c[1, 2:] == 0).all().item() and (entropy_c[1, 2:] == 0).all().item()
     scale = max(mx.abs(v).max().item() for v in grads.values())
     assert max(mx.abs(grads[k] - grads_c[k]).max().item() for k in grads) < 1e-5 * scale
+
+
+def test_lora_matmuls_follow_the_input_dtype_and_adapters_stay_float32(tiny_model_dir):
+    from mlx_lm.tuner.lora import LoRALinear
+
+    from mlx_swe_rl.policy import InputDtypeLoRALinear
+
+    model, _ = load_model(str(tiny_model_dir), dtype="bfloat16")
+    prepare_policy(model, FinetuneConfig())
+    layers = lora_layers(model)
+    assert layers and all(type(layer) is InputDtypeLoRALinear for layer in layers)
+    layer = layers[0]
+    layer.lora_b = mx.random.normal(layer.lora_b.shape, key=mx.random.key(0)) * 0.1
+    x = mx.random.normal((2, 5, layer.lora_a.shape[0]), key=mx.random.key(1)).astype(mx.bfloat16)
+    ours = layer(x)
+    assert ours.dtype == mx.bfloat16
+    mlx_lm_way = LoRALinear.__call__(layer, x)  # float32 adapter matmuls
+    scale = mx.abs(mlx_lm_way).max().item()
+    assert mx.abs(ours.astype(mx.float32) - mlx_lm_way.astype(mx.float32)).max().item() < 0.02 * scale  # bf16 rounding
+    grads = nn.value_and_grad(model, lambda: model(mx.array([[3, 4, 5, 6]])).astype(mx.float32).sum())()[1]
+    flat = dict(tree_flatten(grads))
+    assert flat and all(k.endswith(("lora_a", "lora_b")) and v.dtype == mx.float32 for k, v in flat.items())
+    assert all(v.dtype == mx.float32 for k, v in tree_flatten(model.trainable_parameters()))
