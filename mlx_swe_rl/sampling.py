@@ -114,6 +114,8 @@ def sample(
     owner = [i for i in range(len(prompts)) for _ in range(group_size)]
     stats = SampleStats(prompt_tokens=sum(len(p) for p in flat_prompts), completions=len(flat_prompts))
     caches = None
+    start = time.perf_counter()  # the shared prefill counts as sampling time
+    mx.reset_peak_memory()
     if share_prefix and group_size > 1:
         shared = [prefill(model, p) for p in prompts]
         caches = [shared[i] for i in owner]
@@ -123,8 +125,6 @@ def sample(
     logprobs: dict[int, list[float]] = {}
     finished: dict[int, str] = {}
     bar = _progress_bar(len(flat_prompts), desc) if progress else None
-    start = time.perf_counter()
-    mx.reset_peak_memory()
     try:
         uids = generator.insert(flat_prompts, caches=caches)
         for uid in uids:
