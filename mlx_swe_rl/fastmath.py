@@ -104,7 +104,7 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
 # --- wiring into mlx-lm ------------------------------------------------------------------------
 
 PATCHED_MODULES = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
-_originals: dict[tuple[str, str], Any] = {}
+_originals: dict[str, Any] = {}  # module name -> mlx-lm's own swiglu
 
 
 def wanted() -> bool:
@@ -118,17 +118,15 @@ def wanted() -> bool:
 
 
 def install(enable: bool | None = None) -> bool:
-    """Use the fast ops in mlx-lm's Llama and Qwen2 models (`enable` None: `wanted()`); with
+    """Use the fast SwiGLU in mlx-lm's Llama and Qwen2 models (`enable` None: `wanted()`); with
     `enable` False, restore mlx-lm's own. Returns whether the fast path is now installed."""
     import importlib
 
     enable = wanted() if enable is None else enable
-    replacements = {"swiglu": swiglu}
     for name in PATCHED_MODULES:
         module = importlib.import_module(name)
-        for attr, fast in replacements.items():
-            _originals.setdefault((name, attr), getattr(module, attr))
-            setattr(module, attr, fast if enable else _originals[(name, attr)])
+        _originals.setdefault(name, module.swiglu)
+        module.swiglu = swiglu if enable else _originals[name]
     return enable
 
 

@@ -20,6 +20,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.tuner.lora import LoRALinear
 
 from .config import FinetuneConfig
+from .grpo import token_log_probs
 
 
 def lora_parameters(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -183,16 +184,15 @@ def head_log_probs(model: nn.Module, hidden: mx.array, targets: mx.array, length
     flat_targets = targets.reshape(batch * width)[index]
     step = max(1, LOGITS_CHUNK_BYTES // (4 * head_module(model).weight.shape[0]))
 
-    def chunk(h: mx.array, t: mx.array) -> tuple[mx.array, mx.array]:
+    def chunk(h: mx.array, t: mx.array) -> tuple[mx.array, ...]:
         logits = lm_head(model, h).astype(mx.float32)
-        lse = mx.logsumexp(logits, axis=-1)
         # stop_gradient: the checkpoint differentiates all inputs, and token ids have no gradient
-        logp = mx.take_along_axis(logits, mx.stop_gradient(t)[:, None], axis=-1)[:, 0] - lse
+        logp = token_log_probs(logits, mx.stop_gradient(t))
         if not with_entropy:
-            return logp, logp
-        frozen, frozen_lse = mx.stop_gradient(logits), mx.stop_gradient(lse)
-        probs = mx.exp(frozen - frozen_lse[:, None])
-        return logp, frozen_lse - (probs * frozen).sum(-1)
+            return (logp,)
+        frozen = mx.stop_gradient(logits)
+        lse = mx.logsumexp(frozen, axis=-1, keepdims=True)
+        return logp, lse[:, 0] - (mx.exp(frozen - lse) * frozen).sum(-1)
 
     run = chunk if step >= len(real) else nn.utils.checkpoint(head_module(model), chunk)
     parts = [run(flat_hidden[i:i + step], flat_targets[i:i + step]) for i in range(0, len(real), step)]
