@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import Any, Iterator
 import click
 import numpy as np
 
-from mlx_swe_rl.blas import blas_in_use  # first: it loads OpenBLAS, which must precede mlx.core
+from common import machine, machine_line  # first: it loads OpenBLAS, which must precede mlx.core
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
@@ -162,7 +161,6 @@ def measure(mode: str, micro_batch: int, layers: int, group: int, prompt_tokens:
                                      f"model.dtype={dtype}", "grpo.beta=0.04", "grpo.num_iterations=1",
                                      f"sampling.group_size={group}", f"sampling.max_tokens={completion_tokens}",
                                      "finetune.lora.rank=8", "finetune.lora.num_layers=-1", "optim.lr=1e-5"])
-    fastmath.install()  # as load_model does for a real checkpoint
     start = time.perf_counter()
     model, reference = random_model(layers, getattr(mx, dtype), seed=0), None
     if mode == "full":  # as frozen_reference: a second copy, frozen, eval mode
@@ -204,17 +202,16 @@ def measure(mode: str, micro_batch: int, layers: int, group: int, prompt_tokens:
 
 # --- CLI ---------------------------------------------------------------------------------------
 
-def machine() -> dict[str, Any]:
+def machine_info() -> dict[str, Any]:
     # The memory limit matters: above it MLX stops allocating ahead and waits for running ops.
-    return {"mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas_in_use(),
-            "memory_limit_gb": mx.get_memory_limit() / 1e9, "platform": platform.platform()}
+    return {**machine(), "memory_limit_gb": mx.get_memory_limit() / 1e9}
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    r0, m = rows[0], machine()
+    r0, m = rows[0], machine_info()
     click.echo(f"\nW2: random Qwen2.5-Coder-1.5B shape, {r0['layers']} layers, {r0['dtype']}, G={r0['group_size']}, "
                f"prompt {r0['prompt_tokens']} + completions {r0['completion_tokens']} tokens, beta=0.04, LoRA r=8 all "
-               f"layers; MLX {m['mlx']}, {m['device']}, BLAS {m['blas']}, memory limit {m['memory_limit_gb']:.1f} GB")
+               f"layers\n{machine_line(m)}, memory limit {m['memory_limit_gb']:.1f} GB")
     click.echo(f"{'mode':<5} {'micro':>5} {'resident GB':>11} {'peak GB':>8} {'floor GB':>9} {'target GB':>9} "
                f"{'met?':>4} {'wall s':>7}")
     for r in rows:
@@ -246,6 +243,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 @click.option("--child", is_flag=True, hidden=True, help="Run by --mode both: write the JSON, print nothing.")
 def main(mode: str, micro_batch: int, layers: int, group_size: int, prompt_tokens: int, completion_tokens: int,
          dtype: str, upcast_matmul: str, out: Path, child: bool) -> None:
+    fastmath.install()  # as load_model does for a real checkpoint (and the machine line reports it)
     if mode == "both":
         # One process per mode: a peak is per process, and the first run's freed buffers
         # would otherwise sit in MLX's cache.
@@ -263,7 +261,7 @@ def main(mode: str, micro_batch: int, layers: int, group_size: int, prompt_token
     if not child:
         print_table(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"workload": "W2", "machine": machine(), "rows": rows}, indent=1))
+    out.write_text(json.dumps({"workload": "W2", "machine": machine_info(), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
