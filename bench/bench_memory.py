@@ -38,10 +38,10 @@ from mlx.utils import tree_flatten  # noqa: E402
 import mlx_lm.models.qwen2 as qwen2  # noqa: E402
 from mlx_lm.models.qwen2 import Model, ModelArgs  # noqa: E402
 
-from mlx_swe_rl import fastmath
-from mlx_swe_rl.config import Config, load_config
-from mlx_swe_rl.policy import prepare_policy
-from mlx_swe_rl.trainer import LossGroup, Policy, make_optimizer, run_updates
+from mlx_swe_rl.models import fastmath
+from mlx_swe_rl.rl.config import Config, load_config
+from mlx_swe_rl.rl.policy import prepare_policy
+from mlx_swe_rl.rl.trainer import LossGroup, Policy, make_optimizer, run_updates
 
 TARGETS_GB = {"lora": 6.0, "full": 20.0}
 F32 = mx.float32

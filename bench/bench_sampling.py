@@ -14,10 +14,10 @@ from pathlib import Path
 import click
 
 from common import machine, machine_line, measure_ceilings, model_counts, print_table, write_result
-from mlx_swe_rl.models import load_model
-from mlx_swe_rl.prompts import build_messages
-from mlx_swe_rl.puzzles import load_puzzles
-from mlx_swe_rl.sampling import encode_chat, make_sampler_fn, sample
+from mlx_swe_rl.models.specs import load_model
+from mlx_swe_rl.env.prompts import build_messages
+from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.models.sampling import encode_chat, make_sampler_fn, sample
 
 
 @click.command()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import click
 
-from mlx_swe_rl.puzzles import load_puzzles
-from mlx_swe_rl.scoring import Scorer
+from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.sandbox.scorer import Scorer
 
 
 @click.command()

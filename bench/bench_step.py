@@ -16,13 +16,13 @@ import click
 
 from common import (Ceilings, ModelCounts, machine, machine_line, measure_ceilings, model_counts, print_table,
                     write_result)
-from mlx_swe_rl.config import load_config
-from mlx_swe_rl.env import CodeFixEnv
-from mlx_swe_rl.prompts import build_messages
-from mlx_swe_rl.puzzles import load_puzzles
-from mlx_swe_rl.sampling import encode_chat
-from mlx_swe_rl.scoring import Scorer
-from mlx_swe_rl.trainer import build_policy, make_optimizer, run_step
+from mlx_swe_rl.rl.config import load_config
+from mlx_swe_rl.env.codefix import CodeFixEnv
+from mlx_swe_rl.env.prompts import build_messages
+from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.models.sampling import encode_chat
+from mlx_swe_rl.sandbox.scorer import Scorer
+from mlx_swe_rl.rl.trainer import build_policy, make_optimizer, run_step
 
 
 @click.command()

@@ -21,7 +21,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from mlx_swe_rl import fastmath
+from mlx_swe_rl.models import fastmath
 
 
 def cpu_model() -> str:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mlx_swe_rl.figures import architecture
+from mlx_swe_rl.reports.figures import architecture
 
 if __name__ == "__main__":
     for path in architecture(Path(__file__).resolve().parents[1] / "docs" / "architecture"):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_swe_rl.scoring import Scorer
+from mlx_swe_rl.sandbox.scorer import Scorer
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,6 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
     """(model, tokenizer) of the tiny model, loaded once per session (tests must not train it)."""
-    from mlx_swe_rl.models import load_model
+    from mlx_swe_rl.models.specs import load_model
 
     return load_model(str(tiny_model_dir))

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import mlx_swe_rl.trainer as trainer  # noqa: E402  (imports mlx after the BLAS preload)
-from mlx_swe_rl import distributed as dist  # noqa: E402
-from mlx_swe_rl.rollouts import Rollout, RolloutBatch  # noqa: E402
-from mlx_swe_rl.sampling import Sample, SampleStats, encode_chat  # noqa: E402
+import mlx_swe_rl.rl.trainer as trainer  # noqa: E402  (imports mlx after the BLAS preload)
+from mlx_swe_rl.rl import distributed as dist  # noqa: E402
+from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch  # noqa: E402
+from mlx_swe_rl.models.sampling import Sample, SampleStats, encode_chat  # noqa: E402
 
 INFO = {"code": None, "format_ok": True, "passed": 0, "total": 1, "tests": [], "reward_parts": {}}
 
@@ -124,7 +124,7 @@ def main() -> int:
 
     import mlx.optimizers as optim
 
-    from mlx_swe_rl.config import load_config
+    from mlx_swe_rl.rl.config import load_config
 
     trainer.collect_rollouts = fixed_rollouts
     inject_faults(args)

@@ -9,13 +9,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mlx_swe_rl import env as env_module
-from mlx_swe_rl.cli import main
-from mlx_swe_rl.eval import main as eval_main
-from mlx_swe_rl.puzzles import load_puzzles
-from mlx_swe_rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Rollout, category
-from mlx_swe_rl.sampling import Sample
-from mlx_swe_rl.trainset import TrainSetError, load_train_set, source_directory, write_train_set
+from mlx_swe_rl.env import codefix as env_module
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.cli.eval import main as eval_main
+from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Rollout, category
+from mlx_swe_rl.models.sampling import Sample
+from mlx_swe_rl.puzzles.trainset import TrainSetError, load_train_set, source_directory, write_train_set
 
 EPS = 1e-4
 

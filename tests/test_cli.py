@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mlx_swe_rl.cli import main
-from mlx_swe_rl.puzzles import load_puzzles
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.puzzles.format import load_puzzles
 
 GOOD = {
     "id": "cli_add_one", "tier": "easy", "split": "train", "entry_point": "add_one",

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mlx_swe_rl.cli import main
-from mlx_swe_rl.compare import load_comparison, run_comparison, variant_config
-from mlx_swe_rl.config import ConfigError
-from mlx_swe_rl.trainer import train
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.reports.compare import load_comparison, run_comparison, variant_config
+from mlx_swe_rl.rl.config import ConfigError
+from mlx_swe_rl.rl.trainer import train
 
 
 @pytest.fixture

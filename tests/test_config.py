@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlx_swe_rl.config import Config, ConfigError, describe, load_config, to_dict
+from mlx_swe_rl.rl.config import Config, ConfigError, describe, load_config, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = sorted((ROOT / "configs").glob("*.yaml"))
@@ -213,7 +213,7 @@ def test_every_described_key_can_be_set():
 @pytest.mark.parametrize("path", BUNDLED, ids=[p.name for p in BUNDLED])
 def test_bundled_configs_load(path):
     if "variants" in (yaml.safe_load(path.read_text()) or {}):  # a comparison file
-        from mlx_swe_rl.compare import load_comparison, variant_config
+        from mlx_swe_rl.reports.compare import load_comparison, variant_config
 
         comparison = load_comparison(path)
         assert len({variant_config(comparison, v).run_dir for v in comparison.variants}) == len(comparison.variants)

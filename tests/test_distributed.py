@@ -216,7 +216,7 @@ def test_a_hung_rank_stops_the_run_after_the_timeout(ring, tiny_model_dir, tmp_p
 # ------------------------------------------------------------------------------ without a launcher
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
 def test_token_weights_of_parts_with_the_whole_steps_totals(aggregation):
-    from mlx_swe_rl.grpo import token_weights
+    from mlx_swe_rl.rl.grpo import token_weights
 
     lengths = [3, 0, 7, 1, 5, 0, 2]
     whole = token_weights(mx.array(lengths), aggregation, 8).tolist()
@@ -228,7 +228,7 @@ def test_token_weights_of_parts_with_the_whole_steps_totals(aggregation):
 
 def test_one_process_is_a_group_of_one():
     """Not launched: every helper returns its input, nothing is sent, no watchdog runs."""
-    from mlx_swe_rl import distributed as dist
+    from mlx_swe_rl.rl import distributed as dist
 
     assert (dist.rank(), dist.size(), dist.is_main()) == (0, 1, True)
     items = list(range(5))

@@ -6,8 +6,8 @@ import ast
 
 import pytest
 
-from mlx_swe_rl.env import CodeFixEnv
-from mlx_swe_rl.puzzles import Puzzle, load_puzzles
+from mlx_swe_rl.env.codefix import CodeFixEnv
+from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ import mlx.core as mx
 import pytest
 from click.testing import CliRunner
 
-from mlx_swe_rl.eval import main, pass_at_k, totals
-from mlx_swe_rl.puzzles import load_puzzles
+from mlx_swe_rl.cli.eval import main
+from mlx_swe_rl.rl.evaluation import pass_at_k, totals
+from mlx_swe_rl.puzzles.format import load_puzzles
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPLETION_FIELDS = {"text", "num_tokens", "truncated", "code", "format_ok", "reward", "reward_parts",

@@ -7,7 +7,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from mlx_swe_rl import fastmath
+from mlx_swe_rl.models import fastmath
 
 
 def close(a: mx.array, b: mx.array, atol: float, rtol: float = 1e-5) -> None:
@@ -74,7 +74,7 @@ def test_install_swaps_mlx_lm_ops_and_the_model_agrees(tiny_model, monkeypatch):
 
 
 def test_trainer_log_probs_agree_with_and_without_the_fast_path(tiny_model):
-    from mlx_swe_rl.policy import GroupBatch, group_log_probs
+    from mlx_swe_rl.rl.policy import GroupBatch, group_log_probs
 
     model, _ = tiny_model
     batch = GroupBatch.build(list(range(5, 30)), [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17]])

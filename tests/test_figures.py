@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mlx_swe_rl import figures
-from mlx_swe_rl.cli import main
+from mlx_swe_rl.reports import figures
+from mlx_swe_rl.cli.app import main
 
 DATA = Path(__file__).parent / "data" / "figures"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_swe_rl.gguf import GGUFError, hf_tensor_name, import_gguf, read_gguf_metadata, unpermute_rope_rows
+from mlx_swe_rl.models.gguf import GGUFError, hf_tensor_name, import_gguf, read_gguf_metadata, unpermute_rope_rows
 
 REF = json.loads((Path(__file__).parent / "data" / "smollm2_gguf_reference.json").read_text(encoding="utf-8"))
 TOL_DEQUANT, TOL_QUANT = 2e-3, 5e-2
@@ -42,7 +42,7 @@ def smollm2_gguf() -> Path:
         path = Path(env)
     else:
         try:
-            from mlx_swe_rl.models import builtin_gguf
+            from mlx_swe_rl.models.specs import builtin_gguf
         except ImportError as e:
             pytest.skip(f"mlx_swe_rl.models.builtin_gguf is not available: {e}")
         path = Path(builtin_gguf("smollm2-135m"))

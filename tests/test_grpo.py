@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_swe_rl.grpo import group_advantages, grpo_objective, kl_k3, policy_loss, token_log_probs, token_weights
+from mlx_swe_rl.rl.grpo import group_advantages, grpo_objective, kl_k3, policy_loss, token_log_probs, token_weights
 
 EPS = 1e-4  # group_advantages' default
 

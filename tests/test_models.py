@@ -13,9 +13,8 @@ import pytest
 from click.testing import CliRunner
 from mlx.utils import tree_flatten
 
-from mlx_swe_rl.cli import main
-from mlx_swe_rl.models import (BUILTIN_MODELS, ModelError, builtin_gguf, cache_dir, load_model, ollama_gguf,
-                               resolve_model)
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.models.specs import (BUILTIN_MODELS, ModelError, builtin_gguf, cache_dir, load_model, ollama_gguf, resolve_model)
 
 SMOL = BUILTIN_MODELS["smollm2-135m"]
 

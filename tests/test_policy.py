@@ -4,10 +4,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from mlx_swe_rl.config import FinetuneConfig
-from mlx_swe_rl.models import load_model
-from mlx_swe_rl.policy import (GroupBatch, SequenceBatch, completion_log_probs, group_log_probs, lora_layers,
-                               prepare_policy)
+from mlx_swe_rl.rl.config import FinetuneConfig
+from mlx_swe_rl.models.specs import load_model
+from mlx_swe_rl.rl.policy import (GroupBatch, SequenceBatch, completion_log_probs, group_log_probs, lora_layers, prepare_policy)
 
 
 def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
@@ -41,7 +40,7 @@ def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
 
 
 def test_chunked_head_matches_one_chunk_including_full_finetune_gradients(tiny_model_dir, monkeypatch):
-    from mlx_swe_rl import policy
+    from mlx_swe_rl.rl import policy
 
     model, _ = load_model(str(tiny_model_dir))
     prepare_policy(model, FinetuneConfig(mode="full"))  # the head's weights get gradients too
@@ -71,7 +70,7 @@ def test_chunked_head_matches_one_chunk_including_full_finetune_gradients(tiny_m
 def test_lora_matmuls_follow_the_input_dtype_and_adapters_stay_float32(tiny_model_dir):
     from mlx_lm.tuner.lora import LoRALinear
 
-    from mlx_swe_rl.policy import InputDtypeLoRALinear
+    from mlx_swe_rl.rl.policy import InputDtypeLoRALinear
 
     model, _ = load_model(str(tiny_model_dir), dtype="bfloat16")
     prepare_policy(model, FinetuneConfig())

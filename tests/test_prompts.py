@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_swe_rl.prompts import SYSTEM_PROMPT, build_messages, extract_code
-from mlx_swe_rl.puzzles import Puzzle, load_puzzles
+from mlx_swe_rl.env.prompts import SYSTEM_PROMPT, build_messages, extract_code
+from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles
 
 FIX = "def f(x):\n    return x + 1"
 BUGGY = "def f(x):\n    return x - 1"

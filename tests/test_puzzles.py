@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlx_swe_rl.checks import check_puzzles
-from mlx_swe_rl.puzzles import (
-    FIELDS, REQUIRED, TIERS, Puzzle, PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files,
-)
-from mlx_swe_rl.testplan import EQUAL
+from mlx_swe_rl.forge.checks import check_puzzles
+from mlx_swe_rl.puzzles.format import (FIELDS, REQUIRED, TIERS, Puzzle, PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files)
+from mlx_swe_rl.puzzles.testplan import EQUAL
 
 
 def puzzle_data(**overrides) -> dict:

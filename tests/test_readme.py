@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mlx_swe_rl.config import describe
+from mlx_swe_rl.rl.config import describe
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -13,7 +13,7 @@ def test_every_config_key_is_documented():
 
 
 def test_every_command_is_documented():
-    from mlx_swe_rl.cli import main
+    from mlx_swe_rl.cli.app import main
 
     missing = [name for name in main.commands if f"mlx-swe-rl {name}" not in README]
     assert not missing, f"README command table lacks: {missing}"

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_swe_rl import rewards, scoring, verdict
-from mlx_swe_rl.puzzles import Puzzle
-from mlx_swe_rl.rewards import (
-    DEFAULT_REWARD, REWARDS, Completion, combine, format_reward, normalise_source, partial_reward,
-    similarity_reward, validate_weights,
-)
+from mlx_swe_rl.env import rewards
+from mlx_swe_rl.sandbox import scorer, verdict
+from mlx_swe_rl.puzzles.format import Puzzle
+from mlx_swe_rl.env.rewards import (DEFAULT_REWARD, REWARDS, Completion, combine, format_reward, normalise_source, partial_reward, similarity_reward, validate_weights)
 
 # aliases whose names pytest does not mistake for tests
-Run = scoring.TestRun
+Run = scorer.TestRun
 Result = verdict.TestResult
 binary_reward = rewards.tests_reward
 

@@ -11,7 +11,7 @@ import random
 import mlx.core as mx
 import pytest
 
-from mlx_swe_rl.sampling import encode_chat, sample
+from mlx_swe_rl.models.sampling import encode_chat, sample
 
 MAX_TOKENS = 16
 

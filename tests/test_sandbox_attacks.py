@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mlx_swe_rl.env import CodeFixEnv
-from mlx_swe_rl.puzzles import parse_puzzle
-from mlx_swe_rl.sandbox import Limits
-from mlx_swe_rl.scoring import Scorer
+from mlx_swe_rl.env.codefix import CodeFixEnv
+from mlx_swe_rl.puzzles.format import parse_puzzle
+from mlx_swe_rl.sandbox.pool import WORKER_SCRIPT, Limits
+from mlx_swe_rl.sandbox.scorer import Scorer
 
 TIMEOUT = 2.0
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -262,7 +262,7 @@ def stray_processes(scorer: Scorer) -> list[str]:
     for pid, (uid, cmd) in _processes().items():
         if pid in workers or pid == os.getpid():
             continue
-        forked = "sandbox_worker.py" in cmd and _parent(pid) in workers | {1}
+        forked = str(WORKER_SCRIPT) in cmd and _parent(pid) in workers | {1}
         if uid in uids or MARK in cmd or forked:
             found.append(f"{pid}: {cmd[:80]}")
     return found

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_swe_rl import testplan
-from mlx_swe_rl.testplan import EQUAL, FALSY, TRUTHY, TestSyntaxError, plan_test
+from mlx_swe_rl.puzzles import testplan
+from mlx_swe_rl.puzzles.testplan import EQUAL, FALSY, TRUTHY, TestSyntaxError, plan_test
 
 SyntaxProblem = testplan.TestSyntaxError  # not named Test* here, so pytest does not collect it
 

@@ -17,12 +17,11 @@ import pytest
 from click.testing import CliRunner
 from mlx.utils import tree_flatten
 
-import mlx_swe_rl.trainer as trainer_module
-from mlx_swe_rl.config import load_config
-from mlx_swe_rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
-from mlx_swe_rl.rollouts import collect_rollouts
-from mlx_swe_rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_puzzles, step_seed,
-                                train, training_puzzles)
+import mlx_swe_rl.rl.trainer as trainer_module
+from mlx_swe_rl.rl.config import load_config
+from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
+from mlx_swe_rl.rl.rollouts import collect_rollouts
+from mlx_swe_rl.rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_puzzles, step_seed, train, training_puzzles)
 
 HISTORY_KEYS = ("step", "reward_mean", "solve_rate", "loss", "kl", "entropy", "clip_frac", "zero_var_frac",
                 "completion_len", "truncation_rate", "tokens_per_s", "step_s", "peak_memory_gb")
@@ -140,7 +139,7 @@ def test_flipped_advantage_sign_lowers_the_reward(tmp_path, tiny_model_dir, env,
 
 # ------------------------------------------------------------------------------ 2. reference
 def test_adapters_off_is_exactly_the_base_model(tiny_model_dir, tiny_model):
-    from mlx_swe_rl.models import load_model
+    from mlx_swe_rl.models.specs import load_model
 
     base, tokenizer = tiny_model
     model, _ = load_model(str(tiny_model_dir))
@@ -342,7 +341,7 @@ def test_non_finite_loss_ends_the_run_with_a_training_error(tmp_path, tiny_model
 def test_cli_end_to_end_with_the_sandbox(tmp_path, tiny_model_dir):
     from mlx_lm import generate, load
 
-    from mlx_swe_rl.train import main
+    from mlx_swe_rl.cli.train import main
 
     sets = [f"model.spec={tiny_model_dir}", f"output_dir={tmp_path}", "run_name=cli", "workers=2",
             "train.steps=2", "puzzles.tiers=[easy]", "sampling.max_tokens=8", "sampling.group_size=2",
@@ -379,7 +378,7 @@ def test_cli_end_to_end_with_the_sandbox(tmp_path, tiny_model_dir):
     (["--set", "grpo.beta=-1"], "grpo.beta: -1.0 is below the minimum 0.0"),
 ])
 def test_cli_bad_config_is_a_one_line_error(args, needle, tmp_path):
-    from mlx_swe_rl.train import main
+    from mlx_swe_rl.cli.train import main
 
     result = CliRunner().invoke(main, args + ["--set", f"output_dir={tmp_path}", "--quiet"])
     assert result.exit_code == 1, result.output

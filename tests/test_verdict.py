@@ -7,13 +7,10 @@ import math
 
 import pytest
 
-from mlx_swe_rl import sandbox_worker, verdict
-from mlx_swe_rl.sandbox import Execution
-from mlx_swe_rl.testplan import EQUAL, FALSY, TRUTHY, plan_test
-from mlx_swe_rl.verdict import (
-    CRASHED, ERROR, FAILED, PASSED, TIMEOUT, Expectation, Opaque, check_probe, decode, judge,
-    oracle_expectations, same_value,
-)
+from mlx_swe_rl.sandbox import verdict, worker
+from mlx_swe_rl.sandbox.pool import Execution
+from mlx_swe_rl.puzzles.testplan import EQUAL, FALSY, TRUTHY, plan_test
+from mlx_swe_rl.sandbox.verdict import (CRASHED, ERROR, FAILED, PASSED, TIMEOUT, Expectation, Opaque, check_probe, decode, judge, oracle_expectations, same_value)
 
 Result = verdict.TestResult  # not named Test* here, so pytest does not collect it
 
@@ -102,14 +99,14 @@ VALUES = [
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_decode_inverts_the_worker_encoding(value):
-    data = json.loads(json.dumps(sandbox_worker.encode(value)))
+    data = json.loads(json.dumps(worker.encode(value)))
     back = decode(data)
     assert same_value(back, value)
     assert type(back) is type(value)
 
 
 def test_decode_nan_round_trip():
-    back = decode(json.loads(json.dumps(sandbox_worker.encode(float("nan")))))
+    back = decode(json.loads(json.dumps(worker.encode(float("nan")))))
     assert type(back) is float and math.isnan(back)
 
 
@@ -122,7 +119,7 @@ def test_non_builtin_values_encode_as_opaque():
         pass
 
     for value in (AlwaysEqual(), MyInt(3), [1, AlwaysEqual()], {"k": MyInt(1)}):
-        back = decode(json.loads(json.dumps(sandbox_worker.encode(value))))
+        back = decode(json.loads(json.dumps(worker.encode(value))))
         assert verdict.contains_opaque(back)
         assert not same_value(back, back)
     assert decode({"o": "AlwaysEqual"}) == Opaque("AlwaysEqual")

@@ -20,8 +20,8 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def _corpus() -> list[str]:
-    from mlx_swe_rl.prompts import SYSTEM_PROMPT
-    from mlx_swe_rl.puzzles import load_puzzles
+    from mlx_swe_rl.env.prompts import SYSTEM_PROMPT
+    from mlx_swe_rl.puzzles.format import load_puzzles
 
     texts = [SYSTEM_PROMPT]
     for p in load_puzzles():

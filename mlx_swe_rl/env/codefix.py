@@ -7,9 +7,9 @@ from dataclasses import asdict
 from typing import Any
 
 from .prompts import build_messages, extract_code
-from .puzzles import Puzzle
+from ..puzzles.format import Puzzle
 from .rewards import DEFAULT_REWARD, NEEDS_TESTS, Completion, combine, validate_weights
-from .scoring import Scorer
+from ..sandbox.scorer import Scorer
 
 
 class CodeFixEnv:

@@ -6,7 +6,7 @@ import ast
 import re
 import textwrap
 
-from .puzzles import Puzzle, defines
+from ..puzzles.format import Puzzle, defines
 
 SYSTEM_PROMPT = "You are an expert Python programmer. You fix bugs in Python code."
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .puzzles import Puzzle
-from .scoring import Scorer, TestRun
-from .verdict import TIMEOUT
+from ..puzzles.format import Puzzle
+from ..sandbox.scorer import Scorer, TestRun
+from ..sandbox.verdict import TIMEOUT
 
 ORACLE_BUDGET_SHARE = 0.5  # an oracle must finish in half its timeout, leaving room for slower fixes
 

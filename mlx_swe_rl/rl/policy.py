@@ -106,7 +106,7 @@ def load_trainable(model: nn.Module, directory: Path) -> None:
 
 def frozen_reference(model_spec: str, dtype: str, bits: int | None) -> nn.Module:
     """A second, frozen copy of the base model for full fine-tuning (optionally quantized)."""
-    from .models import load_model
+    from ..models.specs import load_model
 
     reference, _ = load_model(model_spec, dtype=dtype, progress=False)
     if bits is not None:

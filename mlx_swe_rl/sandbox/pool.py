@@ -9,7 +9,7 @@ is built:
 
 1. The child never decides pass or fail. It evaluates each test's *probe* (the left
    side of `assert probe == expected`) and writes the value, encoded as plain tagged data
-   (`sandbox_worker.encode`: exact builtin types only; any other object becomes an opaque
+   (`worker.encode`: exact builtin types only; any other object becomes an opaque
    tag that equals nothing), to a dedicated result pipe. Exit codes, stdout and files are
    never read as verdicts.
 2. The expected values are not in the child. They come from running the oracle in a
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Queue
 
-WORKER_SCRIPT = Path(__file__).with_name("sandbox_worker.py")
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 UID_BASE = 1_500_000_000
 SLOTS_PER_PROCESS = 64
 REPLY_GRACE_S = 15.0  # how long past the job deadline a silent worker is given before it is replaced

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import Config, ConfigError, load_config, read_yaml_mapping
+from ..rl.config import Config, ConfigError, load_config, read_yaml_mapping
 
 
 @dataclass
@@ -84,7 +84,7 @@ def is_finished(cfg: Config) -> bool:
 def run_comparison(comparison: Comparison, train_fn: Callable[..., Any] | None = None,
                    log: Callable[[str], None] = print, progress: bool = True) -> dict[str, Any]:
     """Run (or resume, or skip) every variant, then write the summary and figure."""
-    from .trainer import train
+    from ..rl.trainer import train
 
     train_fn = train_fn or train
     for variant in comparison.variants:

@@ -1,7 +1,7 @@
 """Fork server that runs untrusted candidate code; the trusted half of the sandbox.
 
-This file is executed as a script (`python -I -S sandbox_worker.py`) by
-`mlx_swe_rl.sandbox`, never imported by the trainer, and uses the standard library
+This file is executed as a script (`python -I -S worker.py`) by
+`mlx_swe_rl.sandbox.pool`, never imported by the trainer, and uses the standard library
 only. It pre-imports the modules candidate code may use, then serves one job per line
 of stdin: fork a child, confine it, let it run the candidate and the test probes, collect
 what the child wrote on its result pipe, kill everything the child left behind, and answer

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from .puzzles import Puzzle, PuzzleError
-from .sandbox import Limits, Sandbox
+from ..puzzles.format import Puzzle, PuzzleError
+from .pool import Limits, Sandbox
 from .verdict import Expectation, TestResult, judge, oracle_expectations
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
-from .models import DTYPES
-from .rewards import validate_weights
+from ..models.specs import DTYPES
+from ..env.rewards import validate_weights
 
 
 SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")

@@ -8,8 +8,8 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .puzzles import Puzzle, defines
-from .scoring import TestRun
+from ..puzzles.format import Puzzle, defines
+from ..sandbox.scorer import TestRun
 
 DEFAULT_REWARD: dict[str, float] = {"tests": 1.0}
 

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .env import CodeFixEnv
-from .puzzles import Puzzle
-from .sampling import Sample, SampleStats, encode_chat, sample
+from ..env.codefix import CodeFixEnv
+from ..puzzles.format import Puzzle
+from ..models.sampling import Sample, SampleStats, encode_chat, sample
 
 ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 

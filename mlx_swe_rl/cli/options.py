@@ -19,7 +19,7 @@ def fail(message: str) -> None:
 
 def model_options(func: Callable) -> Callable:
     """--model, --adapter and --dtype."""
-    from .models import DEFAULT_MODEL, DTYPES
+    from ..models.specs import DEFAULT_MODEL, DTYPES
 
     options = [
         click.option("--model", "model_spec", default=DEFAULT_MODEL, show_default=True,
@@ -66,8 +66,8 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
 def select_puzzles(puzzle_dir: Path | None, tiers: str | None, split: str):
     """Load the chosen puzzles or stop with a one-line error. A `.json` file is a train set
     written by `mlx-swe-rl rollouts --write-train-set` (puzzle ids, optionally a directory)."""
-    from .puzzles import PuzzleError, load_puzzles
-    from .trainset import TrainSetError, load_train_set
+    from ..puzzles.format import PuzzleError, load_puzzles
+    from ..puzzles.trainset import TrainSetError, load_train_set
 
     tier_list = [t.strip() for t in tiers.split(",") if t.strip()] if tiers else None
     try:
@@ -84,7 +84,7 @@ def select_puzzles(puzzle_dir: Path | None, tiers: str | None, split: str):
 
 def open_model(model_spec: str, adapter: Path | None, dtype: str):
     """Load (model, tokenizer) or stop with a one-line error."""
-    from .models import ModelError, load_model
+    from ..models.specs import ModelError, load_model
 
     try:
         return load_model(model_spec, adapter=adapter, dtype=dtype)
@@ -96,25 +96,11 @@ def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: lis
                  run: Callable[[Any, Any, Any], dict[str, Any]]) -> dict[str, Any]:
     """Load the model, open the scorer and environment, run `run(model, tokenizer, env)`, and
     return its report with the run's metadata in front."""
-    from .env import CodeFixEnv
-    from .eval import run_metadata
-    from .scoring import Scorer
+    from ..env.codefix import CodeFixEnv
+    from ..runfiles import run_metadata
+    from ..sandbox.scorer import Scorer
 
     model, tokenizer = open_model(model_spec, adapter, dtype)
     with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
         report = run(model, tokenizer, env)
     return {"meta": run_metadata(model_spec, adapter, dtype), **report}
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

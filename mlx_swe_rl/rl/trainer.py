@@ -36,13 +36,14 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from . import distributed as dist
 from .config import Config, to_dict
-from .env import CodeFixEnv
+from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
                      save_adapters)
-from .puzzles import Puzzle
+from ..puzzles.format import Puzzle
+from ..runfiles import run_metadata, write_json_atomic
 from .rollouts import RolloutBatch, collect_rollouts
-from .sampling import SampleStats
+from ..models.sampling import SampleStats
 
 
 class TrainingError(RuntimeError):
@@ -94,7 +95,7 @@ class Policy:
 
 
 def build_policy(cfg: Config) -> Policy:
-    from .models import load_model
+    from ..models.specs import load_model
 
     model, tokenizer = load_model(cfg.model.spec, dtype=cfg.model.dtype)
     mx.random.seed(cfg.seed)  # LoRA's A matrices are drawn at random: same config, same start
@@ -398,8 +399,8 @@ class RunResult:
 
 
 def training_puzzles(cfg: Config) -> list[Puzzle]:
-    from .puzzles import load_puzzles
-    from .trainset import load_train_set
+    from ..puzzles.format import load_puzzles
+    from ..puzzles.trainset import load_train_set
 
     p = cfg.puzzles
     if p.train_set is not None:
@@ -409,8 +410,8 @@ def training_puzzles(cfg: Config) -> list[Puzzle]:
 
 def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:
     """Train and held-out puzzles of the evaluated tiers (default: the tiers trained on)."""
-    from .puzzles import load_puzzles
-    from .trainset import source_directory
+    from ..puzzles.format import load_puzzles
+    from ..puzzles.trainset import source_directory
 
     directory = source_directory(Path(cfg.puzzles.train_set)) if cfg.puzzles.train_set else \
         (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
@@ -427,8 +428,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
     ranks return the same history.
     """
-    from .eval import evaluate
-    from .scoring import Scorer
+    from .evaluation import evaluate
+    from ..sandbox.scorer import Scorer
 
     main = dist.is_main()
     if not main:
@@ -467,8 +468,6 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                 report = evaluate(policy.model, policy.tokenizer, env, eval_set,
                                   max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
                                   batch_size=cfg.sampling.batch_size, progress=progress)
-                from .cliutil import write_json_atomic
-                from .eval import run_metadata
                 report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
                           **report}
                 write_json_atomic(run_dir / f"eval-{name}.json", report)

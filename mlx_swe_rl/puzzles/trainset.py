@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .puzzles import Puzzle, default_puzzle_dir, filter_puzzles, load_puzzles
+from .format import Puzzle, default_puzzle_dir, filter_puzzles, load_puzzles
 
 
 class TrainSetError(ValueError):
@@ -20,7 +20,7 @@ class TrainSetError(ValueError):
 
 def write_train_set(path: Path, puzzles: list[Puzzle], puzzle_dir: Path | None, source: dict[str, Any]) -> None:
     """Save the ids of `puzzles` (from `puzzle_dir`, None = bundled) with how they were chosen."""
-    from .cliutil import write_json_atomic
+    from ..runfiles import write_json_atomic
 
     directory = None if puzzle_dir is None else str(Path(puzzle_dir).resolve())
     write_json_atomic(path, {"puzzle_dir": directory, "puzzles": [p.id for p in puzzles], "source": source})

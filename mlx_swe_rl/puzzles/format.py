@@ -24,7 +24,7 @@ FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle"
 REQUIRED = FIELDS[:-1]
 NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 MAX_TIMEOUT = 60.0
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "puzzles"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "puzzles"
 
 
 class PuzzleError(ValueError):

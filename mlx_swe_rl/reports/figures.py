@@ -232,15 +232,15 @@ def architecture(out: Path) -> list[Path]:
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     boxes = {  # name: (x, y, text)
-        "puzzles": (0.06, 0.80, "puzzles/*.yaml\n(validated)"),
-        "prompts": (0.32, 0.80, "prompts.py\nchat template"),
-        "sampler": (0.58, 0.80, "sampling.py\nG completions / prompt\n(prompt KV shared)"),
-        "sandbox": (0.84, 0.80, "scoring.py + sandbox\ntests in confined\nprocesses"),
-        "rewards": (0.84, 0.45, "rewards.py\nreward per completion"),
-        "grpo": (0.58, 0.45, "grpo.py\ngroup advantages,\nclipped loss + beta k3"),
-        "logprobs": (0.32, 0.45, "policy.py\nlog-probs: policy,\nreference (adapters off)"),
+        "puzzles": (0.06, 0.80, "puzzles/*.yaml\npuzzles/ (validated)"),
+        "prompts": (0.32, 0.80, "env/prompts.py\nchat template"),
+        "sampler": (0.58, 0.80, "models/sampling.py\nG completions / prompt\n(prompt KV shared)"),
+        "sandbox": (0.84, 0.80, "sandbox/\ntests in confined\nprocesses"),
+        "rewards": (0.84, 0.45, "env/rewards.py\nreward per completion"),
+        "grpo": (0.58, 0.45, "rl/grpo.py\ngroup advantages,\nclipped loss + beta k3"),
+        "logprobs": (0.32, 0.45, "rl/policy.py\nlog-probs: policy,\nreference (adapters off)"),
         "policy": (0.06, 0.45, "the policy (MLX)\nbase weights + LoRA"),
-        "update": (0.58, 0.12, "trainer.py\nAdamW update,\ncheckpoint, history"),
+        "update": (0.58, 0.12, "rl/trainer.py\nAdamW update,\ncheckpoint, history"),
     }
     arrows = [("puzzles", "prompts"), ("prompts", "sampler"), ("sampler", "sandbox"), ("sandbox", "rewards"),
               ("rewards", "grpo"), ("logprobs", "grpo"), ("grpo", "update"), ("update", "policy"),
@@ -264,4 +264,4 @@ def architecture(out: Path) -> list[Path]:
         start, end = edge(xa, ya, xb - xa, yb - ya), edge(xb, yb, xa - xb, ya - yb)
         ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, color="#264653"))
     ax.set_title("One on-policy GRPO step: the model that samples is the model being trained", fontsize=10)
-    return _save(fig, out, "mlx-swe-rl architecture (drawn by mlx_swe_rl.figures.architecture)")
+    return _save(fig, out, "mlx-swe-rl architecture (drawn by mlx_swe_rl.reports.figures.architecture)")

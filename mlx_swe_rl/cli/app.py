@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from .cliutil import (fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles,
-                      write_json_atomic)
-from .puzzles import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
+from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
+from ..runfiles import write_json_atomic
+from .options import fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles
 
 
 @click.group()
@@ -49,8 +49,8 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
 def check(directory: Path | None, workers: int | None) -> None:
     """Validate every puzzle in DIRECTORY: schema, buggy code fails, oracle passes, the same
     verdict twice, and each run within its time budget."""
-    from .checks import check_puzzles
-    from .scoring import Scorer
+    from ..forge.checks import check_puzzles
+    from ..sandbox.scorer import Scorer
 
     root = directory if directory is not None else default_puzzle_dir()
     try:
@@ -90,9 +90,9 @@ def info() -> None:
     """Show the MLX version, device, BLAS in use and the model cache location."""
     import mlx.core as mx
 
-    from . import __version__
-    from .blas import blas_in_use
-    from .models import BUILTIN_MODELS, cache_dir
+    from .. import __version__
+    from ..blas import blas_in_use
+    from ..models.specs import BUILTIN_MODELS, cache_dir
 
     click.echo(f"mlx-swe-rl   {__version__}")
     click.echo(f"mlx          {mx.__version__}")
@@ -109,7 +109,7 @@ def info() -> None:
 def fetch(spec: str) -> None:
     """Resolve a model SPEC into the local cache now (download, import or convert), so later
     runs work offline. Prints the mlx-lm directory."""
-    from .models import ModelError, resolve_model
+    from ..models.specs import ModelError, resolve_model
 
     try:
         click.echo(resolve_model(spec))
@@ -126,8 +126,8 @@ def fetch(spec: str) -> None:
 def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | None) -> None:
     """Convert a GGUF file (LLaMA or Qwen2 architecture) into an mlx-lm model directory OUT.
     SRC may also be ollama:NAME[:TAG]."""
-    from .gguf import GGUFError, import_gguf
-    from .models import ModelError, ollama_gguf
+    from ..models.gguf import GGUFError, import_gguf
+    from ..models.specs import ModelError, ollama_gguf
 
     try:
         path = ollama_gguf(str(src)[len("ollama:"):]) if str(src).startswith("ollama:") else src
@@ -156,9 +156,9 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
              workers: int | None, out: Path, write_train_set: Path | None) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
-    from .calibration import calibrate, format_calibration
-    from .trainset import source_directory
-    from .trainset import write_train_set as save_train_set
+    from ..rl.calibration import calibrate, format_calibration
+    from ..puzzles.trainset import source_directory
+    from ..puzzles.trainset import write_train_set as save_train_set
 
     if temperature <= 0:
         fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
@@ -192,7 +192,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
 def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, rollouts_file: Path | None,
             out: Path | None) -> None:
     """Draw a run's figures (PNG and PDF) from its recorded files."""
-    from .figures import run_figures
+    from ..reports.figures import run_figures
 
     for given in (eval_before, eval_after, rollouts_file):
         if given is not None and not given.is_file():
@@ -213,12 +213,12 @@ def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, ro
 def compare(comparison_file: Path, quiet: bool) -> None:
     """Run the variants of a comparison file (each resumable; finished ones are kept) and
     write summary.md, summary.json and a comparison figure."""
-    from .compare import load_comparison, run_comparison
-    from .config import ConfigError
-    from .models import ModelError
-    from .puzzles import PuzzleError
-    from .trainer import TrainingError
-    from .trainset import TrainSetError
+    from ..reports.compare import load_comparison, run_comparison
+    from ..rl.config import ConfigError
+    from ..models.specs import ModelError
+    from ..puzzles.format import PuzzleError
+    from ..rl.trainer import TrainingError
+    from ..puzzles.trainset import TrainSetError
 
     try:
         comparison = load_comparison(comparison_file)

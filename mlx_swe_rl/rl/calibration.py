@@ -12,9 +12,9 @@ from typing import Any
 
 import mlx.core as mx
 
-from .env import CodeFixEnv
+from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
-from .puzzles import Puzzle
+from ..puzzles.format import Puzzle
 from .rollouts import category, collect_rollouts
 
 

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .sandbox import Execution
-from .testplan import EQUAL, FALSY, TRUTHY, TestPlan
+from .pool import Execution
+from ..puzzles.testplan import EQUAL, FALSY, TRUTHY, TestPlan
 
 PASSED, FAILED, ERROR, TIMEOUT, CRASHED = "passed", "failed", "error", "timeout", "crashed"
 

@@ -1,0 +1,38 @@
+"""The `eval` command: `python -m mlx_swe_rl.eval --model SPEC [...]` (see `rl.evaluation`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..rl.evaluation import evaluate, format_report
+from ..runfiles import default_out_path, write_json_atomic
+from .options import fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles
+
+
+@click.command("eval")
+@model_options
+@puzzle_options
+@click.option("--samples", "-K", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Completions per puzzle; above 1 reports pass@1 and pass@K.")
+@sampling_options({"temperature": None})
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Result JSON (default: outputs/eval/eval-<time>.json).")
+def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
+         split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
+         workers: int | None, out: Path | None) -> None:
+    """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
+    --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
+    if temperature is None:
+        temperature = 0.0 if samples == 1 else 0.8
+    if temperature < 0:
+        fail(f"--temperature: {temperature} must be >= 0")
+    puzzles = select_puzzles(puzzle_dir, tiers, split)
+    report = model_report(model_spec, adapter, dtype, puzzles, workers, lambda model, tokenizer, env: evaluate(
+        model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
+        seed=seed, batch_size=batch_size))
+    click.echo(format_report(report))
+    out = out or default_out_path("eval")
+    write_json_atomic(out, report)
+    click.echo(f"wrote {out}")

@@ -1,0 +1,1 @@
+"""What runs leave for people: figures drawn from run files, and comparison experiments."""
