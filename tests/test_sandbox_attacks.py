@@ -297,8 +297,8 @@ def test_honest_fix_passes(env):
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_attack_scores_zero_and_leaves_nothing(name, env, scorer):
-    if name in ("write_outside_workdir",) and not IS_ROOT:
-        pytest.skip("only a root run drops the candidate to its own uid and can clean up its files")
+    if name in ("write_outside_workdir",) and not IS_ROOT and scorer.confinement.startswith("none"):
+        pytest.skip("unconfined, only a root run (its own uid) keeps the candidate's files out of the user's")
     if name in ("daemon_escape_setsid", "background_shell") and not LINUX:
         pytest.skip("a process that leaves its session is traced by uid (root) or as a re-parented orphan (Linux)")
     start = time.monotonic()

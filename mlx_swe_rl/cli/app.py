@@ -9,7 +9,8 @@ import click
 
 from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 from ..runfiles import write_json_atomic
-from .options import fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles
+from .options import (fail, model_options, model_report, open_scorer, puzzle_options, sampling_options,
+                      sandbox_options, select_puzzles)
 
 
 @click.group()
@@ -45,12 +46,11 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
 
 @puzzles.command("check")
 @PUZZLE_DIR
-@click.option("--workers", type=int, default=None, help="Sandbox processes (default: one per core).")
-def check(directory: Path | None, workers: int | None) -> None:
+@sandbox_options
+def check(directory: Path | None, sandbox: dict) -> None:
     """Validate every puzzle in DIRECTORY: schema, buggy code fails, oracle passes, the same
     verdict twice, and each run within its time budget."""
     from ..forge.checks import check_puzzles
-    from ..sandbox.scorer import Scorer
 
     root = directory if directory is not None else default_puzzle_dir()
     try:
@@ -71,7 +71,7 @@ def check(directory: Path | None, workers: int | None) -> None:
             errors.append(f"{p.path}: id: '{p.id}' is also used by {ids[p.id]}")
         ids[p.id] = p.path
     start = time.monotonic()
-    with Scorer(workers) as scorer:
+    with open_scorer(**sandbox) as scorer:
         reports = check_puzzles(loaded, scorer)
     for report in reports:
         for problem in report.problems:
@@ -93,12 +93,15 @@ def info() -> None:
     from .. import __version__
     from ..blas import blas_in_use
     from ..models.specs import BUILTIN_MODELS, cache_dir
+    from ..sandbox.pool import Sandbox
 
     click.echo(f"mlx-swe-rl   {__version__}")
     click.echo(f"mlx          {mx.__version__}")
     click.echo(f"device       {mx.default_device()}")
     click.echo(f"BLAS         {blas_in_use()}")
     click.echo(f"model cache  {cache_dir()}")
+    with Sandbox(1, confinement="auto") as box:
+        click.echo(f"sandbox      {box.confinement}")
     for name, builtin in BUILTIN_MODELS.items():
         cached = (cache_dir() / "models" / name / "config.json").is_file()
         click.echo(f"built-in     {name}: {builtin.about} [{'cached' if cached else 'not fetched yet'}]")
@@ -147,13 +150,14 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
 @click.option("-G", "--group-size", type=click.IntRange(min=2), default=8, show_default=True,
               help="Completions per puzzle.")
 @sampling_options({"temperature": 0.8})
+@sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=Path("outputs/rollouts.json"),
               show_default=True, help="Where to save every rollout, category and advantage.")
 @click.option("--write-train-set", type=click.Path(path_type=Path), default=None,
               help="Also write the mixed puzzles as a train set (JSON) that configs can use.")
 def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
-             workers: int | None, out: Path, write_train_set: Path | None) -> None:
+             sandbox: dict, out: Path, write_train_set: Path | None) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
@@ -163,7 +167,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     if temperature <= 0:
         fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
-    report = model_report(model_spec, adapter, dtype, puzzles, workers, lambda model, tokenizer, env: calibrate(
+    report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
         model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, batch_size=batch_size))
     click.echo(format_calibration(report))
@@ -218,12 +222,13 @@ def compare(comparison_file: Path, quiet: bool) -> None:
     from ..models.specs import ModelError
     from ..puzzles.format import PuzzleError
     from ..rl.trainer import TrainingError
+    from ..sandbox.pool import ConfinementError
     from ..puzzles.trainset import TrainSetError
 
     try:
         comparison = load_comparison(comparison_file)
         run_comparison(comparison, log=click.echo, progress=not quiet)
-    except (ConfigError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
+    except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
         fail(str(exc))
     root = comparison.output_dir / comparison.name
     click.echo((root / "summary.md").read_text())

@@ -8,7 +8,8 @@ import click
 
 from ..rl.evaluation import evaluate, format_report
 from ..runfiles import default_out_path, write_json_atomic
-from .options import fail, model_options, model_report, puzzle_options, sampling_options, select_puzzles
+from .options import (fail, model_options, model_report, puzzle_options, sampling_options, sandbox_options,
+                      select_puzzles)
 
 
 @click.command("eval")
@@ -17,11 +18,12 @@ from .options import fail, model_options, model_report, puzzle_options, sampling
 @click.option("--samples", "-K", type=click.IntRange(min=1), default=1, show_default=True,
               help="Completions per puzzle; above 1 reports pass@1 and pass@K.")
 @sampling_options({"temperature": None})
+@sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Result JSON (default: outputs/eval/eval-<time>.json).")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
-         workers: int | None, out: Path | None) -> None:
+         sandbox: dict, out: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
     --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
     if temperature is None:
@@ -29,7 +31,7 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     if temperature < 0:
         fail(f"--temperature: {temperature} must be >= 0")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
-    report = model_report(model_spec, adapter, dtype, puzzles, workers, lambda model, tokenizer, env: evaluate(
+    report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
         model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
         seed=seed, batch_size=batch_size))
     click.echo(format_report(report))

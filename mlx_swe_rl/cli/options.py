@@ -56,11 +56,46 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
             click.option("--seed", type=int, default=0, show_default=True),
             click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
                          help="Completions decoded together."),
-            click.option("--workers", type=click.IntRange(min=1), default=None,
-                         help="Sandbox processes (default: one per core)."),
         ]
         return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
     return wrap
+
+
+def sandbox_options(func: Callable) -> Callable:
+    """--workers, --confinement and --allow-unconfined, handed to the command as one
+    `sandbox` mapping (the keyword arguments of `open_scorer`)."""
+    from ..sandbox.confine import MODES
+
+    @functools.wraps(func)
+    def command(*args: Any, workers: int | None, confinement: str, allow_unconfined: bool, **kwargs: Any) -> Any:
+        sandbox = {"workers": workers, "confinement": confinement, "allow_unconfined": allow_unconfined}
+        return func(*args, sandbox=sandbox, **kwargs)
+
+    options = [
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Sandbox processes (default: one per core)."),
+        click.option("--confinement", type=click.Choice(MODES), default="auto", show_default=True,
+                     help="How candidate code is confined (README: Scoring and the sandbox)."),
+        click.option("--allow-unconfined", is_flag=True,
+                     help="Run candidate code even where no confinement is available."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), command)
+
+
+def open_scorer(workers: int | None, confinement: str, allow_unconfined: bool):
+    """A Scorer whose confinement is said on stderr, or a one-line error where candidates
+    would run unconfined and that was not allowed."""
+    from ..sandbox.confine import confinable_platform
+    from ..sandbox.pool import ConfinementError, unconfined_message
+    from ..sandbox.scorer import Scorer
+
+    try:
+        scorer = Scorer(workers, confinement=confinement,
+                        require_confinement=confinable_platform() and not allow_unconfined)
+    except ConfinementError as exc:
+        fail(unconfined_message(exc.confinement, "pass --allow-unconfined"))
+    click.echo(f"sandbox: {scorer.confinement}", err=True)
+    return scorer
 
 
 def select_puzzles(puzzle_dir: Path | None, tiers: str | None, split: str):
@@ -92,15 +127,15 @@ def open_model(model_spec: str, adapter: Path | None, dtype: str):
         fail(str(exc))
 
 
-def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, workers: int | None,
+def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, sandbox: dict[str, Any],
                  run: Callable[[Any, Any, Any], dict[str, Any]]) -> dict[str, Any]:
-    """Load the model, open the scorer and environment, run `run(model, tokenizer, env)`, and
-    return its report with the run's metadata in front."""
+    """Load the model, open the scorer (`sandbox`: the keyword arguments of `open_scorer`) and
+    environment, run `run(model, tokenizer, env)`, and return its report with the run's
+    metadata in front."""
     from ..env.codefix import CodeFixEnv
     from ..runfiles import run_metadata
-    from ..sandbox.scorer import Scorer
 
     model, tokenizer = open_model(model_spec, adapter, dtype)
-    with Scorer(workers) as scorer, CodeFixEnv(puzzles, scorer) as env:
+    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer) as env:
         report = run(model, tokenizer, env)
     return {"meta": run_metadata(model_spec, adapter, dtype), **report}

@@ -22,12 +22,13 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
     from ..models.specs import ModelError
     from ..puzzles.format import PuzzleError
     from ..rl.trainer import TrainingError, train
+    from ..sandbox.pool import ConfinementError
     from ..puzzles.trainset import TrainSetError
 
     try:
         cfg = load_config(config_path, list(overrides))
         result = train(cfg, resume=resume, progress=not quiet, log=click.echo)
-    except (ConfigError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
+    except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
         fail(str(exc))
     from ..rl.distributed import is_main
 

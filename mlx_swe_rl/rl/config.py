@@ -17,9 +17,11 @@ from typing import Any
 
 import yaml
 
-from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
-from ..models.specs import DTYPES
 from ..env.rewards import validate_weights
+from ..models.specs import DTYPES
+from ..sandbox.confine import MODES as CONFINEMENT_MODES
+from ..sandbox.confine import confinable_platform
+from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
 
 
 SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -113,6 +115,14 @@ class TrainConfig:
 
 
 @dataclass
+class SandboxConfig:
+    confinement: str = meta("auto", choices=CONFINEMENT_MODES,
+                            doc="how candidate code is confined: auto, landlock / namespaces (Linux), seatbelt (macOS), none")
+    require_confinement: bool = meta(confinable_platform(),
+                                     doc="refuse to start where candidate code would run unconfined (default on Linux, macOS)")
+
+
+@dataclass
 class Config:
     run_name: str = meta("run", doc="run directory name under output_dir")
     output_dir: str = meta("outputs", doc="where run directories go")
@@ -126,6 +136,7 @@ class Config:
     finetune: FinetuneConfig = meta(factory=FinetuneConfig)
     optim: OptimConfig = meta(factory=OptimConfig)
     train: TrainConfig = meta(factory=TrainConfig)
+    sandbox: SandboxConfig = meta(factory=SandboxConfig)
 
     @property
     def run_dir(self) -> Path:

@@ -453,9 +453,11 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
 
     result = RunResult(run_dir)
     own_env = env is None
-    scorer = Scorer(cfg.workers) if own_env else None
     eval_set = eval_puzzles(cfg, puzzles) if own_env else []
     if own_env:
+        scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
+                        require_confinement=cfg.sandbox.require_confinement)
+        log(f"sandbox: {scorer.confinement}")
         env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward)
     try:
         start_step = sync_ranks(policy, optimizer, start_step)

@@ -104,13 +104,31 @@ def parse_report(reply: dict) -> Execution:
     return run
 
 
+def unconfined_message(confinement: str, override: str = "set sandbox.require_confinement=false") -> str:
+    """One line: why candidate code would run unconfined, what that means, how to go ahead anyway."""
+    reason = confinement[len("none ("):-1] if confinement.startswith("none (") else confinement
+    return (f"candidate code would run unconfined ({reason}): model output could read your files and "
+            f"reach the network; {override} to run it anyway")
+
+
+class ConfinementError(RuntimeError):
+    """Candidate code would run unconfined and the caller asked for confinement."""
+
+    def __init__(self, confinement: str):
+        self.confinement = confinement  # the worker's own words, e.g. "none (switched off)"
+        super().__init__(unconfined_message(confinement))
+
+
 class _Worker:
     """One fork-server process; serves one job at a time."""
 
-    def __init__(self, uid: int | None):
+    def __init__(self, uid: int | None, confinement: str):
         self.uid = uid
+        self.mode = confinement  # requested: auto, landlock, namespaces, seatbelt or none
         self.proc: subprocess.Popen | None = None
         self.root: str | None = None
+        self.confinement = ""  # what the worker applies, in words (its first line)
+        self.confined = False
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
@@ -118,10 +136,16 @@ class _Worker:
             self.root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
             os.chmod(self.root, 0o711)  # a dropped uid must reach its own job directory inside
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(WORKER_SCRIPT), self.root],
+                [sys.executable, "-I", "-S", str(WORKER_SCRIPT), self.root, self.mode],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
+            ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_GRACE_S)
+            try:
+                hello = json.loads(self.proc.stdout.readline() if ready else b"")
+            except ValueError:
+                hello = {"confinement": "none (the sandbox worker did not start)", "mode": "none"}
+            self.confinement, self.confined = hello["confinement"], hello["mode"] != "none"
         return self.proc
 
     def run(self, job: dict, limits: Limits) -> Execution:
@@ -152,20 +176,39 @@ class _Worker:
 
 
 class Sandbox:
-    """A pool of sandbox workers; runs candidates in parallel, results in input order."""
+    """A pool of sandbox workers; runs candidates in parallel, results in input order.
 
-    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None):
+    `confinement` picks the kernel mechanism (see `confine`: auto, landlock, namespaces,
+    seatbelt, none). With `require_confinement` the pool refuses to start (ConfinementError)
+    where candidates would run unconfined."""
+
+    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None,
+                 confinement: str = "auto", require_confinement: bool = False):
         self.limits = limits
         self.size = max(1, workers or os.cpu_count() or 1)
         if drop_privileges is None:
             drop_privileges = hasattr(os, "geteuid") and os.geteuid() == 0
         base = UID_BASE + (os.getpid() % 100_000) * SLOTS_PER_PROCESS
-        self._workers = [_Worker(base + i if drop_privileges else None) for i in range(self.size)]
+        self._workers = [_Worker(base + i if drop_privileges else None, confinement) for i in range(self.size)]
         self._free: Queue[_Worker] = Queue()
         for worker in self._workers:
             self._free.put(worker)
         self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="sandbox")
         self._lock = threading.Lock()
+        if require_confinement:
+            description = self.confinement  # starts the first worker, which tests its confinement
+            if not self._workers[0].confined:
+                self.close()
+                raise ConfinementError(description)
+
+    @property
+    def confinement(self) -> str:
+        """What confines candidate processes here, in words, e.g. 'landlock ABI 7, no network'."""
+        worker = self._workers[0]
+        with self._lock:
+            if worker.proc is None:
+                worker._start()
+        return worker.confinement
 
     def run(self, code: str, tests: list[list[list[str]]], limits: Limits | None = None) -> Execution:
         """Execute `code`, then each test (a list of ["exec", src] / ["probe", expr] steps)."""

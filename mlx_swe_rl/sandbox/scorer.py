@@ -46,12 +46,19 @@ class Scorer:
     Expected values come from running each puzzle's oracle once, in a sandbox pool of its
     own, so no candidate process ever holds them (see `sandbox`)."""
 
-    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None):
+    def __init__(self, workers: int | None = None, limits: Limits = Limits(), drop_privileges: bool | None = None,
+                 confinement: str = "auto", require_confinement: bool = False):
         self.limits = limits
-        self.sandbox = Sandbox(workers, limits, drop_privileges)
+        self.sandbox = Sandbox(workers, limits, drop_privileges, confinement, require_confinement)
+        self._confinement_mode = confinement
         self._oracle_box: Sandbox | None = None
         self._expected: dict[tuple, list[list[Expectation]]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def confinement(self) -> str:
+        """What confines candidate processes, in words (see `sandbox.confine`)."""
+        return self.sandbox.confinement
 
     def limits_for(self, puzzle: Puzzle) -> Limits:
         return replace(self.limits, timeout=puzzle.timeout) if puzzle.timeout else self.limits
@@ -65,7 +72,7 @@ class Scorer:
             return {}
         with self._lock:
             if self._oracle_box is None:
-                self._oracle_box = Sandbox(min(2, self.sandbox.size), self.limits)
+                self._oracle_box = Sandbox(min(2, self.sandbox.size), self.limits, confinement=self._confinement_mode)
         jobs = [(p.oracle, [plan.oracle_steps for plan in p.plans], self.limits_for(p)) for p in todo]
         found = {}
         for puzzle, run in zip(todo, self._oracle_box.run_many(jobs)):

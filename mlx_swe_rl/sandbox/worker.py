@@ -36,6 +36,21 @@ PRELOADED = (
 for _name in PRELOADED:
     __import__(_name)
 
+
+def _load_confine():
+    """confine.py beside this file (this script cannot import the package)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+    spec = importlib.util.spec_from_file_location("_mlx_swe_rl_confine", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+confine = _load_confine()
+PLAN = {"mode": "none", "reason": "not set up", "abi": 0, "seccomp": False, "read": []}
+
 RESULT_FD = 3
 OUTPUT_FILE = "output.txt"
 MAX_NODES = 20_000
@@ -131,7 +146,7 @@ def _count_processes_of(uid):
         return 0
 
 
-def child_main(job, workdir, result_w):
+def child_main(job, workdir, result_w, jail=None):
     """Confine this freshly forked process, then run the candidate. Never returns."""
     os.setsid()
     os.chdir(workdir)
@@ -156,6 +171,12 @@ def child_main(job, workdir, result_w):
     _set_limit(resource.RLIMIT_NOFILE, 64)
     if sys.platform.startswith("linux"):
         _set_limit(resource.RLIMIT_AS, job["memory_mb"] << 20)
+    try:  # before the uid drop: a root worker's mounts need root; the rest survives setuid
+        confine.apply(PLAN, workdir, jail)
+    except Exception as exc:  # fail closed: no candidate code runs unconfined by accident
+        emit({"load_error": f"sandbox: confinement failed: {exc}"})
+        emit({"done": True})
+        _exit(0)
     uid = job.get("uid")
     if uid is not None:
         os.setgroups([])
@@ -297,6 +318,7 @@ def exit_description(status):
 def run_job(job, root, subreaper):
     """Run one candidate in a fresh child and return what it reported."""
     workdir = tempfile.mkdtemp(prefix="job-", dir=root)
+    jail = tempfile.mkdtemp(prefix="jail-", dir=root) if PLAN["mode"] == "namespaces" else None
     uid = job.get("uid")
     if uid is not None:
         os.chown(workdir, uid, uid)
@@ -306,7 +328,7 @@ def run_job(job, root, subreaper):
     if pid == 0:
         try:
             os.close(read_fd)
-            child_main(job, workdir, write_fd)
+            child_main(job, workdir, write_fd, jail)
         finally:
             os._exit(70)
     os.close(write_fd)
@@ -329,6 +351,8 @@ def run_job(job, root, subreaper):
     except OSError:
         output = ""
     shutil.rmtree(workdir, ignore_errors=True)
+    if jail is not None:
+        shutil.rmtree(jail, ignore_errors=True)
     return {
         "report": data.decode("utf-8", "replace"),
         "stop": stop,
@@ -338,11 +362,58 @@ def run_job(job, root, subreaper):
     }
 
 
+def self_test(plan, root):
+    """Apply `plan` in a throw-away child; None if it worked, else the error."""
+    workdir = tempfile.mkdtemp(prefix="probe-", dir=root)
+    jail = tempfile.mkdtemp(prefix="jail-", dir=root)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            try:
+                confine.apply(plan, workdir, jail)
+                os.listdir(workdir)  # the work directory must stay usable
+            except BaseException as exc:
+                os.write(write_fd, str(exc).encode()[:500])
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        error = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(jail, ignore_errors=True)
+    return error or None
+
+
+def choose_plan(mode, root):
+    """The confinement to use: the requested mode if it works here; for "auto", the first of
+    Landlock, namespaces that works; otherwise none, with the reason."""
+    plan = confine.setup(mode)
+    failures = []
+    while plan["mode"] != "none":
+        error = self_test(plan, root)
+        if error is None:
+            return plan
+        failures.append(f"{plan['mode']}: {error}")
+        if mode != "auto" or plan["mode"] != "landlock":
+            break
+        plan = confine.setup("namespaces")
+    if failures:
+        plan = dict(plan, mode="none", reason="; ".join(failures))
+    return plan
+
+
 def main():
+    global PLAN
     root = sys.argv[1]  # created (0711, so a dropped uid can reach its job directory) and removed by the parent
+    PLAN = choose_plan(sys.argv[2] if len(sys.argv) > 2 else "auto", root)
     subreaper = become_subreaper()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     out = sys.stdout.buffer
+    out.write(json.dumps({"confinement": confine.describe(PLAN), "mode": PLAN["mode"]}).encode() + b"\n")
+    out.flush()
     for line in sys.stdin.buffer:
         reply = run_job(json.loads(line), root, subreaper)
         out.write(json.dumps(reply).encode() + b"\n")
