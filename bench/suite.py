@@ -21,7 +21,8 @@ BENCHMARKS = {
     "w1": ("bench_step.py", []),
     "w2": ("bench_memory.py", ["--mode", "both"]),
     "sampling": ("bench_sampling.py", []),
-    "scoring": ("bench_scoring.py", []),
+    "scoring": ("bench_scoring.py", ["--overhead"]),
+    "forge": ("bench_forge.py", []),
 }
 
 
@@ -52,6 +53,13 @@ def summary_rows(results: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         sc = results["scoring"]
         rows.append((f"scoring {sc['candidates']} candidates", f"{sc['score_s_median']:.2f} s",
                      f"<= {sc['target_s']} s", "met" if sc["score_s_median"] <= sc["target_s"] else "not met"))
+        if "confinement_ms_per_candidate" in sc:
+            rows.append(("confinement cost per candidate", f"{sc['confinement_ms_per_candidate']:.2f} ms", "<= 2 ms",
+                         "met" if sc["confinement_ms_per_candidate"] <= 2 else "not met"))
+    if "forge" in results:
+        f = results["forge"]
+        rows.append((f"forge: {f['candidates_validated']} mutants validated", f"{f['forge_s']:.1f} s", "<= 60 s",
+                     "met" if f["met"] else "not met"))
     return rows
 
 

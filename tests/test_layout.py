@@ -111,7 +111,8 @@ def test_sandbox_worker_is_standard_library_only():
         tree = ast.parse((PACKAGE / "sandbox" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                assert node.level == 0 and not (node.module or "").startswith("mlx_swe_rl"), f"{name}: {ast.unparse(node)}"
+                outside = node.level == 0 and not (node.module or "").startswith("mlx_swe_rl")
+                assert outside, f"{name}: {ast.unparse(node)}"
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("mlx_swe_rl") for a in node.names), f"{name}: {ast.unparse(node)}"
 

@@ -38,10 +38,58 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
     except PuzzleError as exc:
         fail(str(exc))
     width = max(len(p.id) for p in found) if found else 2
-    click.echo(f"{'id':<{width}}  {'tier':<6}  {'split':<7}  tests")
+    tier_width = max([len(p.tier) for p in found] + [4])
+    family = any(p.family for p in found)  # forged sets: the mutator family of each puzzle
+    click.echo(f"{'id':<{width}}  {'tier':<{tier_width}}  {'split':<7}  tests" + ("  family" if family else ""))
     for p in found:
-        click.echo(f"{p.id:<{width}}  {p.tier:<6}  {p.split:<7}  {len(p.tests):>5}")
+        click.echo(f"{p.id:<{width}}  {p.tier:<{tier_width}}  {p.split:<7}  {len(p.tests):>5}"
+                   + (f"  {p.family or '-'}" if family else ""))
     click.echo(f"{len(found)} puzzles")
+
+
+@puzzles.command("forge")
+@click.argument("seeds", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the forged puzzle set.")
+@click.option("--per-seed", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Puzzles kept per seed function (at most).")
+@click.option("--families", default=None, help="Comma-separated mutator families (default: all).")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
+              help="Share of seed functions held out (besides those from held-out puzzles).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the choice of mutants and the split.")
+@click.option("--timeout", type=click.FloatRange(0.05, 60.0), default=1.0, show_default=True,
+              help="Seconds per run: the validation budget and every forged puzzle's timeout.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier forged set in --out.")
+@sandbox_options
+def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: str | None, heldout_frac: float,
+                  seed: int, timeout: float, overwrite: bool, sandbox: dict) -> None:
+    """Mutate correct SEEDS (seed or puzzle files or directories; default: the bundled seed
+    bank and puzzles) into validated bug-fix puzzles under --out, split by function."""
+    from tqdm.auto import tqdm
+
+    from ..forge.forge import ForgeSettings, format_summary, forge, write_forged
+    from ..forge.mutators import FAMILIES
+    from ..forge.seeds import BUNDLED_SEEDS, load_seeds
+
+    chosen = tuple(f.strip() for f in families.split(",") if f.strip()) if families else FAMILIES
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        fail(f"--families: unknown family '{unknown[0]}' (valid: {', '.join(FAMILIES)})")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        fail(f"--out: {out} is not empty; pass --overwrite to replace a forged set")
+    try:
+        found = load_seeds(list(seeds) or [BUNDLED_SEEDS, default_puzzle_dir()])
+    except PuzzleError as exc:
+        fail(str(exc))
+    settings = ForgeSettings(per_seed, chosen, heldout_frac, seed, timeout)
+    start = time.monotonic()
+    with open_scorer(**sandbox) as scorer, tqdm(desc="forge", unit="mutant") as bar:
+        result = forge(found, scorer, settings, progress=bar.update)
+    try:
+        write_forged(result, out, overwrite)
+    except (FileExistsError, OSError) as exc:
+        fail(str(exc))
+    click.echo(format_summary(result))
+    click.echo(f"wrote {len(result.puzzles)} puzzles to {out} in {time.monotonic() - start:.1f}s")
 
 
 @puzzles.command("check")

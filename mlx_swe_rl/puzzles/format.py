@@ -20,8 +20,9 @@ from .testplan import TestPlan, TestSyntaxError, plan_test
 
 SPLITS = ("train", "heldout")
 TIERS = ("easy", "medium", "hard")  # the bundled tiers; other sets may name their own
-FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle", "tests", "timeout")
-REQUIRED = FIELDS[:-1]
+FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle", "tests", "timeout",
+          "family", "mutation")
+REQUIRED = FIELDS[:-3]  # timeout, and the forge's family and mutation, are optional
 NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 MAX_TIMEOUT = 60.0
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "puzzles"
@@ -42,6 +43,8 @@ class Puzzle:
     oracle: str
     tests: tuple[str, ...]
     timeout: float | None = None
+    family: str | None = None  # the forge's mutator family, for puzzles it made
+    mutation: str | None = None  # the forge's one-line description of the change (never shown to a model)
     path: Path | None = field(default=None, compare=False)
 
     @cached_property
@@ -74,70 +77,101 @@ def defines(code: str, name: str) -> bool:
         return False
 
 
-def parse_puzzle(data: object, path: Path) -> Puzzle:
-    """Validate one loaded YAML document and build the Puzzle."""
-
-    def fail(key: str, message: str) -> PuzzleError:
-        return PuzzleError(f"{path}: {key}: {message}")
-
+def check_fields(data: object, path: Path, fields: tuple[str, ...], required: tuple[str, ...]) -> dict:
+    """The mapping of one YAML document, with no unknown key and every required one present."""
     if not isinstance(data, dict):
         raise PuzzleError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
     for key in data:
-        if key not in FIELDS:
-            close = difflib.get_close_matches(str(key), FIELDS, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(FIELDS)})"
-            raise fail(str(key), f"unknown field{hint}")
-    for key in REQUIRED:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(fields)})"
+            raise PuzzleError(f"{path}: {key}: unknown field{hint}")
+    for key in required:
         if key not in data:
-            raise fail(key, "missing")
-    for key in ("id", "tier", "split", "entry_point", "description", "buggy", "oracle"):
-        if not isinstance(data[key], str) or not data[key].strip():
-            raise fail(key, "must be a non-empty string")
+            raise PuzzleError(f"{path}: {key}: missing")
+    return data
+
+
+def check_strings(data: dict, path: Path, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key in data and (not isinstance(data[key], str) or not data[key].strip()):
+            raise PuzzleError(f"{path}: {key}: must be a non-empty string")
+
+
+def check_id(data: dict, path: Path) -> None:
     if not NAME.match(data["id"]):
-        raise fail("id", f"'{data['id']}' must use lowercase letters, digits, '_' and '-'")
+        raise PuzzleError(f"{path}: id: '{data['id']}' must use lowercase letters, digits, '_' and '-'")
     if data["id"] != path.stem:
-        raise fail("id", f"'{data['id']}' must match the file name '{path.stem}'")
-    if data["tier"] != path.parent.name:
-        raise fail("tier", f"'{data['tier']}' must match the folder name '{path.parent.name}'")
-    if data["split"] not in SPLITS:
-        raise fail("split", f"'{data['split']}' must be one of {', '.join(SPLITS)}")
+        raise PuzzleError(f"{path}: id: '{data['id']}' must match the file name '{path.stem}'")
     if not data["entry_point"].isidentifier():
-        raise fail("entry_point", f"'{data['entry_point']}' is not a Python name")
-    for key in ("buggy", "oracle"):
-        try:
-            ast.parse(data[key])
-        except SyntaxError as exc:
-            raise fail(key, f"line {exc.lineno}: {exc.msg}") from None
-        if not defines(data[key], data["entry_point"]):
-            raise fail(key, f"does not define entry_point '{data['entry_point']}'")
+        raise PuzzleError(f"{path}: entry_point: '{data['entry_point']}' is not a Python name")
+
+
+def check_code(data: dict, path: Path, key: str) -> None:
+    """`data[key]` parses and defines the entry point."""
+    try:
+        ast.parse(data[key])
+    except SyntaxError as exc:
+        raise PuzzleError(f"{path}: {key}: line {exc.lineno}: {exc.msg}") from None
+    if not defines(data[key], data["entry_point"]):
+        raise PuzzleError(f"{path}: {key}: does not define entry_point '{data['entry_point']}'")
+
+
+def check_tests(data: dict, path: Path) -> tuple[str, ...]:
     tests = data["tests"]
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
-        raise fail("tests", "must be a non-empty list of code strings")
+        raise PuzzleError(f"{path}: tests: must be a non-empty list of code strings")
     for i, test in enumerate(tests):
         try:
             plan_test(test)
         except TestSyntaxError as exc:
-            raise fail(f"tests[{i}]", str(exc)) from None
+            raise PuzzleError(f"{path}: tests[{i}]: {exc}") from None
+    return tuple(tests)
+
+
+def check_timeout(data: dict, path: Path) -> float | None:
     timeout = data.get("timeout")
-    if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
-            raise fail("timeout", f"{timeout!r} must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
-        timeout = float(timeout)
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise PuzzleError(f"{path}: timeout: {timeout!r} must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
+    return float(timeout)
+
+
+def parse_puzzle(data: object, path: Path) -> Puzzle:
+    """Validate one loaded YAML document and build the Puzzle."""
+    data = check_fields(data, path, FIELDS, REQUIRED)
+    check_strings(data, path, ("id", "tier", "split", "entry_point", "description", "buggy", "oracle",
+                               "family", "mutation"))
+    check_id(data, path)
+    if data["tier"] != path.parent.name:
+        raise PuzzleError(f"{path}: tier: '{data['tier']}' must match the folder name '{path.parent.name}'")
+    if data["split"] not in SPLITS:
+        raise PuzzleError(f"{path}: split: '{data['split']}' must be one of {', '.join(SPLITS)}")
+    if "family" in data and not NAME.match(data["family"]):
+        raise PuzzleError(f"{path}: family: '{data['family']}' must use lowercase letters, digits, '_' and '-'")
+    for key in ("buggy", "oracle"):
+        check_code(data, path, key)
     return Puzzle(
         id=data["id"], tier=data["tier"], split=data["split"], entry_point=data["entry_point"],
         description=data["description"].strip(), buggy=data["buggy"], oracle=data["oracle"],
-        tests=tuple(tests), timeout=timeout, path=path,
+        tests=check_tests(data, path), timeout=check_timeout(data, path), family=data.get("family"),
+        mutation=data.get("mutation"), path=path,
     )
 
 
-def load_puzzle(path: Path) -> Puzzle:
+def read_yaml(path: Path) -> object:
+    """One YAML document, or PuzzleError naming the file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise PuzzleError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PuzzleError(f"{path}: cannot read: {exc}") from None
-    return parse_puzzle(data, path)
+
+
+def load_puzzle(path: Path) -> Puzzle:
+    return parse_puzzle(read_yaml(path), path)
 
 
 def puzzle_files(root: Path) -> list[Path]:

@@ -121,7 +121,7 @@ def summarize_variant(cfg: Config) -> dict[str, Any]:
     if before_path.is_file() and after_path.is_file():
         before, after = json.loads(before_path.read_text()), json.loads(after_path.read_text())
         for name, report in (("before", before), ("after", after)):
-            rates = {(t["tier"], t["split"]): t["pass@1"] for t in report["totals"]}
+            rates = {(t["tier"], t["split"]): t["pass@1"] for t in report["totals"] if "tier" in t}
             row[f"train_{name}"] = rates.get(("all", "train"))
             row[f"heldout_{name}"] = rates.get(("all", "heldout"))
         changes = puzzle_changes(before, after)

@@ -99,7 +99,7 @@ def training_curve(history: list[dict[str, Any]], out: Path, footer: str) -> lis
 
 
 def _pass_rates(report: dict[str, Any]) -> dict[tuple[str, str], float]:
-    return {(t["tier"], t["split"]): t["pass@1"] for t in report["totals"]}
+    return {(t["tier"], t["split"]): t["pass@1"] for t in report["totals"] if "tier" in t}
 
 
 def before_after(before: dict[str, Any], after: dict[str, Any], out: Path, footer: str) -> list[Path]:

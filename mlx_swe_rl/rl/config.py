@@ -116,10 +116,10 @@ class TrainConfig:
 
 @dataclass
 class SandboxConfig:
-    confinement: str = meta("auto", choices=CONFINEMENT_MODES,
-                            doc="how candidate code is confined: auto, landlock / namespaces (Linux), seatbelt (macOS), none")
-    require_confinement: bool = meta(confinable_platform(),
-                                     doc="refuse to start where candidate code would run unconfined (default on Linux, macOS)")
+    confinement: str = meta("auto", choices=CONFINEMENT_MODES, doc="how candidate code is confined: auto, "
+                            "landlock / namespaces (Linux), seatbelt (macOS), none")
+    require_confinement: bool = meta(confinable_platform(), doc="refuse to start where candidate code would "
+                                     "run unconfined (default on Linux, macOS)")
 
 
 @dataclass

@@ -40,7 +40,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     for puzzle, group in zip(batch.puzzles, batch.groups):
         solved = sum(r.solved for r in group)
         rows.append({
-            "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split,
+            "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split, "family": puzzle.family,
             "samples": len(group), "solved": solved,
             "pass@1": pass_at_k(len(group), solved, 1),
             f"pass@{samples}": pass_at_k(len(group), solved, samples),
@@ -59,23 +59,30 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
 
 
 def totals(rows: list[dict[str, Any]], samples: int) -> list[dict[str, Any]]:
-    """Mean pass@1 / pass@K and solved puzzles per (tier, split), per split, and overall."""
+    """Mean pass@1 / pass@K and solved puzzles per (tier, split), per split, and overall; then
+    per mutator family for forged puzzles (rows with "family" instead of "tier")."""
     key_k = f"pass@{samples}"
     buckets: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         for tier in (row["tier"], "all"):
             for split in (row["split"], "all"):
                 buckets[(tier, split)].append(row)
-    out = []
-    for (tier, split), members in buckets.items():
-        out.append({
-            "tier": tier, "split": split, "puzzles": len(members),
+    order = {"easy": 0, "medium": 1, "hard": 2, "all": 9}
+    out = sorted((_bucket({"tier": tier, "split": split}, members, key_k)
+                  for (tier, split), members in buckets.items()),
+                 key=lambda t: (order.get(t["tier"], 5), t["tier"], t["split"] == "all", t["split"]))
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row.get("family"):
+            families[row["family"]].append(row)
+    return out + [_bucket({"family": f, "split": "all"}, families[f], key_k) for f in sorted(families)]
+
+
+def _bucket(label: dict[str, str], members: list[dict[str, Any]], key_k: str) -> dict[str, Any]:
+    return {**label, "puzzles": len(members),
             "pass@1": sum(r["pass@1"] for r in members) / len(members),
             key_k: sum(r[key_k] for r in members) / len(members),
-            "any_solved": sum(r["solved"] > 0 for r in members),
-        })
-    order = {"easy": 0, "medium": 1, "hard": 2, "all": 9}
-    return sorted(out, key=lambda t: (order.get(t["tier"], 5), t["tier"], t["split"] == "all", t["split"]))
+            "any_solved": sum(r["solved"] > 0 for r in members)}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -84,19 +91,24 @@ def format_report(report: dict[str, Any]) -> str:
     key_k = f"pass@{samples}"
     rows = report["puzzles"]
     width = max([len(r["id"]) for r in rows] + [6])
-    lines = [f"{'puzzle':<{width}}  {'tier':<6}  {'split':<7}  {'solved':>7}  {'pass@1':>6}"
+    tier_width = max([len(r["tier"]) for r in rows] + [6])
+    lines = [f"{'puzzle':<{width}}  {'tier':<{tier_width}}  {'split':<7}  {'solved':>7}  {'pass@1':>6}"
              + (f"  {key_k:>7}" if samples > 1 else "") + f"  {'reward':>6}  {'tokens':>6}"]
     for r in rows:
         tokens = sum(c["num_tokens"] for c in r["completions"]) / len(r["completions"])
-        lines.append(f"{r['id']:<{width}}  {r['tier']:<6}  {r['split']:<7}  "
+        lines.append(f"{r['id']:<{width}}  {r['tier']:<{tier_width}}  {r['split']:<7}  "
                      f"{r['solved']:>3}/{r['samples']:<3}  {r['pass@1']:>6.2f}"
                      + (f"  {r[key_k]:>7.2f}" if samples > 1 else "")
                      + f"  {r['mean_reward']:>6.2f}  {tokens:>6.0f}")
     lines.append("")
-    lines.append(f"{'tier':<6}  {'split':<7}  {'puzzles':>7}  {'pass@1':>6}"
-                 + (f"  {key_k:>7}" if samples > 1 else "") + f"  {'solved (any sample)':>19}")
-    for t in report["totals"]:
-        lines.append(f"{t['tier']:<6}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}"
+    group_width = max([len(t.get("tier") or t["family"]) for t in report["totals"]] + [6])
+    kind = None
+    for t in report["totals"]:  # tier rows, then (forged sets) family rows, each under its header
+        if ("tier" if "tier" in t else "family") != kind:
+            kind = "tier" if "tier" in t else "family"
+            lines.append(("" if kind == "tier" else "\n") + f"{kind:<{group_width}}  {'split':<7}  {'puzzles':>7}  "
+                         f"{'pass@1':>6}" + (f"  {key_k:>7}" if samples > 1 else "") + f"  {'solved (any sample)':>19}")
+        lines.append(f"{t[kind]:<{group_width}}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}"
                      + (f"  {t[key_k]:>7.3f}" if samples > 1 else "")
                      + f"  {t['any_solved']:>10}/{t['puzzles']}")
     timing = report["timing"]

@@ -549,7 +549,8 @@ def _quiet(_: str) -> None:
 
 
 def _eval_line(name: str, report: dict[str, Any]) -> str:
-    parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"] if t["tier"] != "all"]
+    parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"]
+             if t.get("tier", "all") != "all"]
     return f"greedy eval {name}: " + ", ".join(parts)
 
 

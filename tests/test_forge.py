@@ -1,0 +1,271 @@
+"""The puzzle forge: seed bank, validation of mutants through the scorer, the split by
+function, deterministic output in the puzzle format, and forged sets running through
+`puzzles check`, `eval` and a training step."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.forge.checks import check_puzzles
+from mlx_swe_rl.forge.forge import (ForgeSettings, _precheck, candidates, forge, heldout_ids, puzzle_yaml, verdict,
+                                    write_forged)
+from mlx_swe_rl.forge.mutators import FAMILIES
+from mlx_swe_rl.forge.seeds import BUNDLED_SEEDS, Seed, load_seeds
+from mlx_swe_rl.puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles
+from mlx_swe_rl.sandbox.scorer import TestRun as Run
+from mlx_swe_rl.sandbox.verdict import TestResult as Result
+
+SEEDS = {
+    "clamp_to_range": """
+        id: clamp_to_range
+        entry_point: clamp_to_range
+        description: Clamp x into [low, high].
+        code: |
+          def clamp_to_range(x, low, high):
+              if x < low:
+                  return low
+              if x > high:
+                  return high
+              return x
+        tests:
+          - assert clamp_to_range(5, 0, 10) == 5
+          - assert clamp_to_range(-1, 0, 10) == 0
+          - assert clamp_to_range(11, 0, 10) == 10
+          - assert clamp_to_range(0, 0, 10) == 0
+          - assert clamp_to_range(10, 0, 10) == 10
+        """,
+    "count_positive": """
+        id: count_positive
+        entry_point: count_positive
+        description: Count the numbers greater than zero.
+        code: |
+          def count_positive(numbers):
+              total = 0
+              for n in numbers:
+                  if n > 0:
+                      total += 1
+              return total
+        tests:
+          - assert count_positive([]) == 0
+          - assert count_positive([1, -2, 3]) == 2
+          - assert count_positive([0, 0]) == 0
+          - assert count_positive([5]) == 1
+        """,
+    "sum_first_two": """
+        id: sum_first_two
+        entry_point: sum_first_two
+        description: Add the first two numbers of a list (its tests are weak on purpose).
+        code: |
+          def sum_first_two(xs):
+              return xs[0] + xs[1]
+        tests:
+          - assert sum_first_two([0, 0, 0]) == 0
+        """,
+    "last_item": """
+        id: last_item
+        entry_point: last_item
+        description: The last element of a non-empty list.
+        code: |
+          def last_item(xs):
+              return xs[-1]
+        tests:
+          - assert last_item([1, 2, 3]) == 3
+          - assert last_item([7]) == 7
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def seed_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("seeds") / "small"
+    root.mkdir()
+    for name, text in SEEDS.items():
+        (root / f"{name}.yaml").write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture(scope="module")
+def forged(seed_dir, scorer, tmp_path_factory):
+    settings = ForgeSettings(per_seed=3, heldout_frac=0.5, seed=7)
+    result = forge(load_seeds([seed_dir]), scorer, settings)
+    out = tmp_path_factory.mktemp("forged") / "set"
+    write_forged(result, out)
+    return result, out
+
+
+# ------------------------------------------------------------------------------ seeds
+def test_bundled_seed_bank():
+    """At least 150 written seeds with 4+ tests each, plus the bundled puzzles as seeds."""
+    bank = load_seeds([BUNDLED_SEEDS])
+    assert len(bank) >= 150
+    assert min(len(s.tests) for s in bank) >= 4
+    everything = load_seeds([BUNDLED_SEEDS, default_puzzle_dir()])
+    assert len(everything) == len(bank) + len(load_puzzles())
+    assert {s.id for s in everything if s.heldout} == {p.id for p in load_puzzles(split="heldout")}
+
+
+def test_every_bundled_seed_passes_its_tests(scorer):
+    seeds = load_seeds([BUNDLED_SEEDS])
+    checked = scorer.prepare([_as_puzzle(s) for s in seeds])
+    failing = {pid: problems for pid, (problems, _) in checked.items() if problems}
+    assert failing == {}
+
+
+def _as_puzzle(seed: Seed):
+    from mlx_swe_rl.forge.forge import _seed_puzzle
+
+    return _seed_puzzle(seed, ForgeSettings())
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("id: s\nentry_point: s\ndescription: d\ncode: 'def s(): pass'\ntests: ['assert s() == None']\nbugy: x\n",
+     "bugy: unknown field"),
+    ("id: s\nentry_point: s\ndescription: d\ntests: ['assert s() == None']\n", "code: missing"),
+    ("id: s\nentry_point: s\ndescription: d\ncode: 'def t(): pass'\ntests: ['assert s() == None']\n",
+     "code: does not define entry_point 's'"),
+    ("id: s\nentry_point: s\ndescription: d\ncode: 'def s(): pass'\ntests: ['assert s() < 1']\n", "tests[0]"),
+])
+def test_bad_seed_files_name_file_and_key(tmp_path, text, needle):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "s.yaml").write_text(text)
+    with pytest.raises(PuzzleError, match=r"s\.yaml: " + needle.replace("[", r"\[").replace("(", r"\(")):
+        load_seeds([tmp_path])
+
+
+# ------------------------------------------------------------------------------ validation rules
+def _run(*statuses: str, seconds: float = 0.01) -> Run:
+    return Run([Result(i, s) for i, s in enumerate(statuses)], seconds=seconds)
+
+
+def test_verdicts():
+    assert verdict(_run("passed", "failed"), _run("passed", "failed"), 1.0) == "kept"
+    assert verdict(_run("passed", "passed"), _run("passed", "passed"), 1.0) == "no_test_fails"
+    assert verdict(_run("passed", "failed"), _run("failed", "failed"), 1.0) == "unstable"
+    assert verdict(_run("failed", seconds=1.5), _run("failed"), 1.0) == "too_slow"
+    # a hanging mutant is a bug like any other: kept, with the forge's short timeout
+    assert verdict(_run("timeout", seconds=1.02), _run("timeout", seconds=1.01), 1.0) == "kept"
+
+
+def test_equivalent_and_duplicate_mutants_are_rejected_before_running():
+    seed = load_seeds([default_puzzle_dir()])[0]
+    seen = {"placeholder"}
+    same = type(candidates(seed, ForgeSettings())[0])("arith_op", "reformatted", "\n\n" + seed.code + "\n", 1)
+    assert _precheck(seed, same, seen) == "equivalent"
+    first = candidates(seed, ForgeSettings())[0]
+    assert _precheck(seed, first, seen) is None
+    respaced = type(first)(first.family, first.description, first.code.replace("\n", "\n\n"), first.line)
+    assert _precheck(seed, respaced, seen) == "duplicate"
+    undefined = type(first)(first.family, first.description, "x = 1\n", first.line)
+    assert _precheck(seed, undefined, seen) == "invalid"
+
+
+def test_weak_tests_let_mutants_through_and_they_are_rejected(forged):
+    result, _ = forged
+    assert sum(c["no_test_fails"] for c in result.counts.values()) > 0
+    kept_from_weak = [p for p in result.puzzles if p.id.startswith("sum_first_two__")]
+    for p in kept_from_weak:  # only mutants that break the one test survive
+        assert p.buggy != p.oracle
+
+
+# ------------------------------------------------------------------------------ output
+def test_forged_set_passes_puzzles_check(forged, scorer):
+    _, out = forged
+    puzzles = load_puzzles(out)
+    assert puzzles and all(p.family in FAMILIES and p.mutation and p.timeout == 1.0 for p in puzzles)
+    assert all(p.id.startswith(p.entry_point + "__") for p in puzzles)
+    reports = check_puzzles(puzzles, scorer)
+    assert [(r.puzzle.id, r.problems) for r in reports if r.problems] == []
+
+
+def test_split_is_by_seed_function(forged):
+    result, out = forged
+    by_split: dict[str, set[str]] = {"train": set(), "heldout": set()}
+    for p in load_puzzles(out):
+        by_split[p.split].add(p.id.split("__")[0])
+    assert by_split["train"] and by_split["heldout"]
+    assert not by_split["train"] & by_split["heldout"]
+    summary = json.loads((out / "forge.json").read_text())
+    assert summary["puzzles"] == len(result.puzzles) == sum(summary["splits"].values())
+
+
+def test_heldout_puzzles_stay_heldout():
+    seeds = load_seeds([default_puzzle_dir()])
+    held = heldout_ids(seeds, 0.0, 0)
+    assert held == {s.id for s in seeds if s.heldout}
+    assert len(heldout_ids(seeds, 1.0, 0)) == len(seeds)
+
+
+def test_same_arguments_byte_identical_output(forged, seed_dir, scorer, tmp_path):
+    result, out = forged
+    again = forge(load_seeds([seed_dir]), scorer, result.settings)
+    write_forged(again, tmp_path / "again")
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "again") for p in (tmp_path / "again").rglob("*") if p.is_file())
+    assert all((out / f).read_bytes() == (tmp_path / "again" / f).read_bytes() for f in files)
+
+
+def test_puzzle_file_round_trips(forged, tmp_path):
+    result, _ = forged
+    p = result.puzzles[0]
+    (tmp_path / p.tier).mkdir()
+    path = tmp_path / p.tier / f"{p.id}.yaml"
+    path.write_text(puzzle_yaml(p))
+    back = load_puzzle(path)
+    assert (back.buggy, back.oracle, back.tests, back.family, back.mutation) == (p.buggy, p.oracle, p.tests,
+                                                                              p.family, p.mutation)
+
+
+def test_write_refuses_to_replace_what_it_did_not_write(forged, tmp_path):
+    result, _ = forged
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="not empty"):
+        write_forged(result, tmp_path)
+    with pytest.raises(FileExistsError, match="not a forged set"):
+        write_forged(result, tmp_path, overwrite=True)
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_families_filter(seed_dir, scorer):
+    result = forge(load_seeds([seed_dir]), scorer, ForgeSettings(per_seed=2, families=("compare_flip",)))
+    assert result.puzzles and {p.family for p in result.puzzles} == {"compare_flip"}
+
+
+# ------------------------------------------------------------------------------ command line, eval, training
+def test_forge_command(seed_dir, tmp_path):
+    out = tmp_path / "cli"
+    args = ["puzzles", "forge", str(seed_dir), "--out", str(out), "--per-seed", "2", "--workers", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "kept" in result.output and "no_test_fails" in result.output and f"to {out}" in result.output
+    listed = CliRunner().invoke(main, ["puzzles", "list", str(out)])
+    assert "family" in listed.output.splitlines()[0]
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1 and "--overwrite" in again.output
+    bad = CliRunner().invoke(main, args[:3] + ["--families", "nosuch", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 1 and "unknown family 'nosuch'" in bad.output
+
+
+def test_forged_set_runs_through_eval_and_a_training_step(forged, tiny_model_dir, tmp_path):
+    from mlx_swe_rl.cli.eval import main as eval_main
+    from mlx_swe_rl.cli.train import main as train_main
+
+    _, out = forged
+    report = tmp_path / "eval.json"
+    result = CliRunner().invoke(eval_main, ["--model", str(tiny_model_dir), "--puzzles", str(out), "--max-tokens", "8",
+                                            "--workers", "2", "--out", str(report)])
+    assert result.exit_code == 0, result.output
+    totals = json.loads(report.read_text())["totals"]
+    assert {t["family"] for t in totals if "family" in t} == {p.family for p in load_puzzles(out)}
+    sets = [f"model.spec={tiny_model_dir}", f"output_dir={tmp_path}", "run_name=forged", "workers=2",
+            f"puzzles.dir={out}", "train.steps=1", "sampling.max_tokens=8", "sampling.group_size=2",
+            "train.puzzles_per_step=2", "train.final_eval=false"]
+    result = CliRunner().invoke(train_main, [a for s in sets for a in ("--set", s)] + ["--quiet"])
+    assert result.exit_code == 0, result.output
+    history = (tmp_path / "forged" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 1
