@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any
 
 
+def default_mode(directory: bool = False) -> int:
+    """The permissions a plain open()/mkdir() would give under the current umask (mkstemp and
+    mkdtemp make 0600/0700 files, which other users, a sandbox uid included, cannot read)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    os.fchmod(fd, default_mode())
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..rl.evaluation import evaluate, format_report
+from ..rl.evaluation import evaluate, format_report, read_report
+from ..rl.stats import compare_reports, format_changes
 from ..runfiles import default_out_path, write_json_atomic
 from .options import (fail, model_options, model_report, puzzle_options, sampling_options, sandbox_options,
                       select_puzzles)
@@ -21,9 +22,11 @@ from .options import (fail, model_options, model_report, puzzle_options, samplin
 @sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Result JSON (default: outputs/eval/eval-<time>.json).")
+@click.option("--baseline", type=click.Path(path_type=Path), default=None,
+              help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
-         sandbox: dict, out: Path | None) -> None:
+         sandbox: dict, out: Path | None, baseline: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
     --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
     if temperature is None:
@@ -31,10 +34,21 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     if temperature < 0:
         fail(f"--temperature: {temperature} must be >= 0")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
+    try:
+        earlier = read_report(baseline) if baseline is not None else None
+    except ValueError as exc:
+        fail(f"--baseline: {exc}")
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
         model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
         seed=seed, batch_size=batch_size))
     click.echo(format_report(report))
+    if earlier is not None:
+        changes = compare_reports(earlier, report)
+        if not changes:
+            fail(f"--baseline: {baseline} shares no puzzle with this evaluation")
+        report["change_vs_baseline"] = {"baseline": str(baseline), **changes}
+        click.echo("\n" + format_changes(changes, f"paired change from {baseline} (per-puzzle pass@1, bootstrap "
+                                                   "over puzzles)"))
     out = out or default_out_path("eval")
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

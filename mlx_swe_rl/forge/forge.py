@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -31,6 +32,7 @@ from typing import Any, Callable
 import yaml
 
 from ..puzzles.format import Puzzle, defines
+from ..runfiles import default_mode
 from ..sandbox.scorer import Scorer, TestRun
 from ..sandbox.verdict import TIMEOUT
 from .checks import ORACLE_BUDGET_SHARE
@@ -217,6 +219,7 @@ def write_forged(result: ForgeResult, out: Path, overwrite: bool = False) -> Non
             raise FileExistsError(f"{out}: not a forged set (no {SUMMARY_FILE}); refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    os.chmod(staging, default_mode(directory=True))
     try:
         for p in result.puzzles:
             folder = staging / p.tier

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..rl.config import Config, ConfigError, load_config, read_yaml_mapping
+from ..rl.stats import compare_reports
 
 
 @dataclass
@@ -127,6 +128,9 @@ def summarize_variant(cfg: Config) -> dict[str, Any]:
         changes = puzzle_changes(before, after)
         row["newly_solved"] = changes["newly_solved"]
         row["regressed"] = changes["regressed"]
+        for split, change in compare_reports(before, after).items():
+            if split != "all":
+                row[f"{split}_change"] = {"change": change["change"], "ci95": change["ci95"]}
     return row
 
 
@@ -153,13 +157,20 @@ def summary_markdown(rows: dict[str, dict[str, Any]]) -> str:
     def fmt(value: Any, spec: str = ".2f") -> str:
         return "n/a" if value is None else format(value, spec)
 
-    lines = ["| variant | train pass@1 before -> after | held-out pass@1 before -> after | newly solved | "
-             "regressed | first -> last step reward | wall time | peak memory |",
-             "|---|---|---|---|---|---|---|---|"]
+    def change(value: dict[str, Any] | None) -> str:
+        if not value:
+            return "n/a"
+        low, high = value["ci95"]
+        return f"{value['change']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+    lines = ["| variant | train pass@1 before -> after | change [95% CI] | held-out pass@1 before -> after | "
+             "change [95% CI] | newly solved | regressed | first -> last step reward | wall time | peak memory |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(
             f"| {name} | {fmt(r.get('train_before'))} -> {fmt(r.get('train_after'))} | "
-            f"{fmt(r.get('heldout_before'))} -> {fmt(r.get('heldout_after'))} | "
+            f"{change(r.get('train_change'))} | "
+            f"{fmt(r.get('heldout_before'))} -> {fmt(r.get('heldout_after'))} | {change(r.get('heldout_change'))} | "
             f"{len(r.get('newly_solved', []))} | {len(r.get('regressed', []))} | "
             f"{fmt(r['first_reward'])} -> {fmt(r['last_reward'])} | "
             f"{fmt(r['wall_seconds'] / 60 if r['wall_seconds'] is not None else None, '.1f')} min | "

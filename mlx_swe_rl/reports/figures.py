@@ -102,8 +102,20 @@ def _pass_rates(report: dict[str, Any]) -> dict[tuple[str, str], float]:
     return {(t["tier"], t["split"]): t["pass@1"] for t in report["totals"] if "tier" in t}
 
 
+def _error_bars(report: dict[str, Any], tiers: list[str], split: str,
+                heights: list[float]) -> list[list[float]] | None:
+    """Distances from each bar's top to its 95% CI ends (None for reports without CIs)."""
+    cis = {(t["tier"], t["split"]): t["ci95"] for t in report["totals"] if "tier" in t and "ci95" in t}
+    if not cis:
+        return None
+    ends = [cis.get((t, split), [h, h]) for t, h in zip(tiers, heights)]
+    return [[max(0.0, h - low) for (low, _), h in zip(ends, heights)],
+            [max(0.0, high - h) for (_, high), h in zip(ends, heights)]]
+
+
 def before_after(before: dict[str, Any], after: dict[str, Any], out: Path, footer: str) -> list[Path]:
-    """Figure 2: greedy pass rate per tier, train vs held-out, before and after training."""
+    """Figure 2: pass rate per tier (greedy, or avg@K), train vs held-out, before and after
+    training, with 95% bootstrap intervals over puzzles as error bars where the reports have them."""
     b, a = _pass_rates(before), _pass_rates(after)
     tiers = [t for t in (*TIER_ORDER, "all") if (t, "all") in a or (t, "all") in b]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
@@ -112,8 +124,10 @@ def before_after(before: dict[str, Any], after: dict[str, Any], out: Path, foote
         xs = range(len(tiers))
         vb = [b.get((t, split), 0.0) for t in tiers]
         va = [a.get((t, split), 0.0) for t in tiers]
-        ax.bar([x - width / 2 for x in xs], vb, width, label="before", color="#8d99ae")
-        ax.bar([x + width / 2 for x in xs], va, width, label="after", color="#2a9d8f")
+        ax.bar([x - width / 2 for x in xs], vb, width, label="before", color="#8d99ae",
+               yerr=_error_bars(before, tiers, split, vb), capsize=3)
+        ax.bar([x + width / 2 for x in xs], va, width, label="after", color="#2a9d8f",
+               yerr=_error_bars(after, tiers, split, va), capsize=3)
         for x, v in zip(xs, vb):
             ax.text(x - width / 2, v + 0.01, f"{v:.2f}", ha="center", fontsize=7)
         for x, v in zip(xs, va):
@@ -122,7 +136,8 @@ def before_after(before: dict[str, Any], after: dict[str, Any], out: Path, foote
         ax.set_title(f"{split} puzzles")
         ax.set_ylim(0, 1.05)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("greedy pass rate")
+    samples = after.get("settings", {}).get("samples", 1)
+    axes[0].set_ylabel("greedy pass rate" if samples == 1 else f"avg@{samples} (95% CI)")
     axes[0].legend(fontsize=8)
     return _save(fig, out, footer)
 

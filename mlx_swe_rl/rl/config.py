@@ -108,10 +108,12 @@ class TrainConfig:
     puzzles_per_step: int = meta(4, min=1, doc="puzzles per optimizer step")
     micro_batch_size: int = meta(8, min=1, doc="completions of one prompt per forward/backward (bounds memory)")
     save_every: int = meta(5, min=1, doc="checkpoint every N steps (and at the end)")
-    eval_every: int = meta(0, min=0, doc="greedy eval every N steps (0 = off)")
-    final_eval: bool = meta(True, doc="greedy eval on train and held-out splits before and after")
+    eval_every: int = meta(0, min=0, doc="eval every N steps (0 = off)")
+    final_eval: bool = meta(True, doc="eval on train and held-out splits before and after")
     eval_tiers: list[str] | None = meta(None, doc="tiers for eval (null = the training tiers)")
     eval_max_tokens: int | None = meta(None, min=1, doc="eval completion length (null = sampling.max_tokens)")
+    eval_samples: int = meta(1, min=1, doc="completions per puzzle in evals: 1 = greedy; K > 1 = avg@K at "
+                             "sampling.temperature, with 95% CIs and the paired change before -> after")
 
 
 @dataclass

@@ -8,14 +8,17 @@ drawn from recorded data. The trainer evaluates through `evaluate` too.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
 from .rollouts import collect_rollouts
+from .stats import bootstrap_ci
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -58,9 +61,21 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     }
 
 
+def read_report(path: Path) -> dict[str, Any]:
+    """An evaluation report written earlier, or ValueError naming the file."""
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read an evaluation report: {exc}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("puzzles"), list):
+        raise ValueError(f"{path}: not an evaluation report (no 'puzzles' list)")
+    return report
+
+
 def totals(rows: list[dict[str, Any]], samples: int) -> list[dict[str, Any]]:
-    """Mean pass@1 / pass@K and solved puzzles per (tier, split), per split, and overall; then
-    per mutator family for forged puzzles (rows with "family" instead of "tier")."""
+    """Mean pass@1 (avg@K when sampled) with its 95% bootstrap interval over puzzles, pass@K
+    and solved puzzles per (tier, split), per split, and overall; then per mutator family for
+    forged puzzles (rows with "family" instead of "tier")."""
     key_k = f"pass@{samples}"
     buckets: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -79,8 +94,9 @@ def totals(rows: list[dict[str, Any]], samples: int) -> list[dict[str, Any]]:
 
 
 def _bucket(label: dict[str, str], members: list[dict[str, Any]], key_k: str) -> dict[str, Any]:
+    mean, low, high = bootstrap_ci([r["pass@1"] for r in members])
     return {**label, "puzzles": len(members),
-            "pass@1": sum(r["pass@1"] for r in members) / len(members),
+            "pass@1": mean, "ci95": [low, high],
             key_k: sum(r[key_k] for r in members) / len(members),
             "any_solved": sum(r["solved"] > 0 for r in members)}
 
@@ -102,14 +118,17 @@ def format_report(report: dict[str, Any]) -> str:
                      + f"  {r['mean_reward']:>6.2f}  {tokens:>6.0f}")
     lines.append("")
     group_width = max([len(t.get("tier") or t["family"]) for t in report["totals"]] + [6])
+    rate = f"avg@{samples}" if samples > 1 else "pass@1"  # the mean sampled pass@1 over K samples
     kind = None
     for t in report["totals"]:  # tier rows, then (forged sets) family rows, each under its header
         if ("tier" if "tier" in t else "family") != kind:
             kind = "tier" if "tier" in t else "family"
             lines.append(("" if kind == "tier" else "\n") + f"{kind:<{group_width}}  {'split':<7}  {'puzzles':>7}  "
-                         f"{'pass@1':>6}" + (f"  {key_k:>7}" if samples > 1 else "") + f"  {'solved (any sample)':>19}")
-        lines.append(f"{t[kind]:<{group_width}}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}"
-                     + (f"  {t[key_k]:>7.3f}" if samples > 1 else "")
+                         f"{rate:>6}  {'95% CI':>14}" + (f"  {key_k:>7}" if samples > 1 else "")
+                         + f"  {'solved (any sample)':>19}")
+        low, high = t["ci95"]
+        lines.append(f"{t[kind]:<{group_width}}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}  "
+                     f"[{low:.3f}, {high:.3f}]" + (f"  {t[key_k]:>7.3f}" if samples > 1 else "")
                      + f"  {t['any_solved']:>10}/{t['puzzles']}")
     timing = report["timing"]
     lines.append(f"\n{timing['generated_tokens']} tokens in {timing['sampling_seconds']:.1f}s sampling "

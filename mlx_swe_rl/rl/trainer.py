@@ -43,6 +43,7 @@ from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs
 from ..puzzles.format import Puzzle
 from ..runfiles import run_metadata, write_json_atomic
 from .rollouts import RolloutBatch, collect_rollouts
+from .stats import compare_reports, format_changes
 from ..models.sampling import SampleStats
 
 
@@ -370,7 +371,7 @@ def truncate_history(path: Path, last_step: int) -> None:
 # Keys that may change on resume: where the run lives, how many sandbox workers, how long it
 # runs and how it is evaluated. Everything else shapes the weights.
 RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
-               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens"}
+               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples"}
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> None:
@@ -462,23 +463,31 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     try:
         start_step = sync_ranks(policy, optimizer, start_step)
 
-        def greedy_eval(name: str, label: str) -> dict[str, Any] | None:
-            """Rank 0 evaluates (and logs); the other ranks wait for it, without a time limit."""
+        def run_eval(name: str, label: str) -> dict[str, Any] | None:
+            """Rank 0 evaluates (and logs); the other ranks wait for it, without a time limit.
+            After training, the paired change from the 'before' evaluation goes with it."""
             report = None
             if main:
                 policy.model.eval()
-                report = evaluate(policy.model, policy.tokenizer, env, eval_set,
+                samples = cfg.train.eval_samples
+                report = evaluate(policy.model, policy.tokenizer, env, eval_set, samples=samples,
+                                  temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
                                   max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
                                   batch_size=cfg.sampling.batch_size, progress=progress)
                 report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
                           **report}
+                before_path = run_dir / "eval-before.json"
+                if name == "after" and before_path.is_file():
+                    report["change_vs_before"] = compare_reports(json.loads(before_path.read_text()), report)
                 write_json_atomic(run_dir / f"eval-{name}.json", report)
                 log(_eval_line(label, report))
+                if "change_vs_before" in report:
+                    log(format_changes(report["change_vs_before"], "change from before training (paired, 95% CI):"))
             dist.barrier(f"rank 0's evaluation '{name}'", timeout=False)
             return report
 
         if cfg.train.final_eval and start_step == 0 and eval_set:
-            result.eval_before = greedy_eval("before", "before")
+            result.eval_before = run_eval("before", "before")
         bar = _step_bar(cfg.train.steps, start_step) if progress else None
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
@@ -494,7 +503,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps:
                     save_checkpoint(run_dir, policy, optimizer, step)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
-                greedy_eval(f"step-{step:04d}", f"step-{step}")
+                run_eval(f"step-{step:04d}", f"step-{step}")
             if bar is not None:
                 bar.set_postfix(reward=f"{record['reward_mean']:.2f}", solved=f"{record['solve_rate']:.2f}",
                                 kl=f"{record['kl'] or 0:.3f}", s=f"{record['step_s']:.0f}", refresh=False)
@@ -504,7 +513,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         if bar is not None:
             bar.close()
         if cfg.train.final_eval and eval_set:
-            result.eval_after = greedy_eval("after", "after")
+            result.eval_after = run_eval("after", "after")
     except dist.DistributedError as exc:
         raise TrainingError(str(exc)) from exc
     finally:
@@ -551,7 +560,8 @@ def _quiet(_: str) -> None:
 def _eval_line(name: str, report: dict[str, Any]) -> str:
     parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"]
              if t.get("tier", "all") != "all"]
-    return f"greedy eval {name}: " + ", ".join(parts)
+    samples = report["settings"]["samples"]
+    return f"{'greedy' if samples == 1 else f'avg@{samples}'} eval {name}: " + ", ".join(parts)
 
 
 def _step_bar(total: int, done: int):
