@@ -103,7 +103,8 @@ def test_eval_command_writes_report(greedy_run, easy_ids, tiny_model_dir):
     body = lines[1:1 + len(easy_ids)]
     assert [line.split()[0] for line in body] == easy_ids
     assert all(line.split()[1] == "easy" and line.split()[3] == "0/1" for line in body)  # a random model
-    assert lines[1 + len(easy_ids)].split() == ["tier", "split", "puzzles", "pass@1", "solved", "(any", "sample)"]
+    assert lines[1 + len(easy_ids)].split() == ["tier", "split", "puzzles", "pass@1", "95%", "CI", "solved", "(any",
+                                                 "sample)"]
     assert any(line.split()[:3] == ["all", "all", str(len(easy_ids))] for line in lines)
     assert f"wrote {out}" in result.stdout
 
