@@ -262,10 +262,31 @@ def test_forged_set_runs_through_eval_and_a_training_step(forged, tiny_model_dir
     assert result.exit_code == 0, result.output
     totals = json.loads(report.read_text())["totals"]
     assert {t["family"] for t in totals if "family" in t} == {p.family for p in load_puzzles(out)}
+    held = tmp_path / "heldout-sample.json"
+    sampled = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", "2", "--split", "heldout",
+                                        "--out", str(held)])
+    assert sampled.exit_code == 0, sampled.output
     sets = [f"model.spec={tiny_model_dir}", f"output_dir={tmp_path}", "run_name=forged", "workers=2",
             f"puzzles.dir={out}", "train.steps=1", "sampling.max_tokens=8", "sampling.group_size=2",
-            "train.puzzles_per_step=2", "train.final_eval=false"]
+            "train.puzzles_per_step=2", "train.final_eval=true", f"train.eval_set={held}"]
     result = CliRunner().invoke(train_main, [a for s in sets for a in ("--set", s)] + ["--quiet"])
     assert result.exit_code == 0, result.output
     history = (tmp_path / "forged" / "history.jsonl").read_text().splitlines()
     assert len(history) == 1
+    evaluated = json.loads((tmp_path / "forged" / "eval-before.json").read_text())["puzzles"]
+    assert [r["id"] for r in evaluated] == json.loads(held.read_text())["puzzles"]
+
+
+def test_sample_command(forged, tmp_path):
+    _, out = forged
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (first, second):
+        result = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", "3", "--split", "train",
+                                           "--seed", "4", "--out", str(path)])
+        assert result.exit_code == 0, result.output
+    ids = json.loads(first.read_text())["puzzles"]
+    assert ids == json.loads(second.read_text())["puzzles"] and len(set(ids)) == 3
+    train_ids = {p.id for p in load_puzzles(out, split="train")}
+    assert set(ids) <= train_ids
+    too_many = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", "100000", "--out", str(tmp_path / "c")])
+    assert too_many.exit_code == 1 and "-n: 100000 is more than" in too_many.output

@@ -47,6 +47,33 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
     click.echo(f"{len(found)} puzzles")
 
 
+@puzzles.command("sample")
+@PUZZLE_DIR
+@click.option("-n", "count", type=click.IntRange(min=1), required=True, help="How many puzzles.")
+@click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all", show_default=True)
+@click.option("--tier", "tiers", multiple=True, help="Only these tiers (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
+def sample_puzzles(directory: Path | None, count: int, split: str, tiers: tuple[str, ...], seed: int,
+                   out: Path) -> None:
+    """Write a seeded random sample of the puzzles in DIRECTORY as a puzzle-set file (the format
+    of `rollouts --write-train-set`), for calibration, training or evaluation subsets."""
+    import random
+
+    from ..puzzles.trainset import write_train_set
+
+    try:
+        found = load_puzzles(directory, list(tiers) or None, split)
+    except PuzzleError as exc:
+        fail(str(exc))
+    if count > len(found):
+        fail(f"-n: {count} is more than the {len(found)} puzzles that match")
+    chosen = sorted(random.Random(seed).sample(found, count), key=lambda p: p.id)
+    write_train_set(out, chosen, directory, {"sample": count, "of": len(found), "split": split,
+                                             "tiers": list(tiers) or None, "seed": seed})
+    click.echo(f"wrote {out} ({count} of {len(found)} puzzles)")
+
+
 @puzzles.command("forge")
 @click.argument("seeds", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the forged puzzle set.")

@@ -371,7 +371,7 @@ def truncate_history(path: Path, last_step: int) -> None:
 # Keys that may change on resume: where the run lives, how many sandbox workers, how long it
 # runs and how it is evaluated. Everything else shapes the weights.
 RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
-               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples"}
+               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples", "train.eval_set"}
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> None:
@@ -410,10 +410,13 @@ def training_puzzles(cfg: Config) -> list[Puzzle]:
 
 
 def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:
-    """Train and held-out puzzles of the evaluated tiers (default: the tiers trained on)."""
+    """The puzzles of `train.eval_set`, or the train and held-out puzzles of the evaluated
+    tiers (default: the tiers trained on)."""
     from ..puzzles.format import load_puzzles
-    from ..puzzles.trainset import source_directory
+    from ..puzzles.trainset import load_train_set, source_directory
 
+    if cfg.train.eval_set:
+        return load_train_set(Path(cfg.train.eval_set))
     directory = source_directory(Path(cfg.puzzles.train_set)) if cfg.puzzles.train_set else \
         (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
     tiers = cfg.train.eval_tiers or sorted({p.tier for p in train})
