@@ -268,7 +268,7 @@ def test_forged_set_runs_through_eval_and_a_training_step(forged, tiny_model_dir
     assert sampled.exit_code == 0, sampled.output
     sets = [f"model.spec={tiny_model_dir}", f"output_dir={tmp_path}", "run_name=forged", "workers=2",
             f"puzzles.dir={out}", "train.steps=1", "sampling.max_tokens=8", "sampling.group_size=2",
-            "train.puzzles_per_step=2", "train.final_eval=true", f"train.eval_set={held}"]
+            "train.puzzles_per_step=2", "train.final_eval=true", f"train.eval_set=[{held}]"]
     result = CliRunner().invoke(train_main, [a for s in sets for a in ("--set", s)] + ["--quiet"])
     assert result.exit_code == 0, result.output
     history = (tmp_path / "forged" / "history.jsonl").read_text().splitlines()

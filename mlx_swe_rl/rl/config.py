@@ -112,8 +112,8 @@ class TrainConfig:
     final_eval: bool = meta(True, doc="eval on train and held-out splits before and after")
     eval_tiers: list[str] | None = meta(None, doc="tiers for eval (null = the training tiers)")
     eval_max_tokens: int | None = meta(None, min=1, doc="eval completion length (null = sampling.max_tokens)")
-    eval_set: str | None = meta(None, doc="puzzle-set JSON (puzzles sample / rollouts --write-train-set) to "
-                                "evaluate on, instead of every puzzle of eval_tiers")
+    eval_set: list[str] | None = meta(None, doc="puzzle-set JSON files (puzzles sample, rollouts "
+                                      "--write-train-set) to evaluate on, instead of every puzzle of eval_tiers")
     eval_samples: int = meta(1, min=1, doc="completions per puzzle in evals: 1 = greedy; K > 1 = avg@K at "
                              "sampling.temperature, with 95% CIs and the paired change before -> after")
 

@@ -416,7 +416,8 @@ def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:
     from ..puzzles.trainset import load_train_set, source_directory
 
     if cfg.train.eval_set:
-        return load_train_set(Path(cfg.train.eval_set))
+        chosen = {p.id: p for path in cfg.train.eval_set for p in load_train_set(Path(path))}
+        return list(chosen.values())
     directory = source_directory(Path(cfg.puzzles.train_set)) if cfg.puzzles.train_set else \
         (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
     tiers = cfg.train.eval_tiers or sorted({p.tier for p in train})
