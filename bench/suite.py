@@ -23,6 +23,7 @@ BENCHMARKS = {
     "sampling": ("bench_sampling.py", []),
     "scoring": ("bench_scoring.py", ["--overhead"]),
     "forge": ("bench_forge.py", []),
+    "decode": ("bench_decode.py", []),
 }
 
 
@@ -56,6 +57,11 @@ def summary_rows(results: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         if "confinement_ms_per_candidate" in sc:
             rows.append(("confinement cost per candidate", f"{sc['confinement_ms_per_candidate']:.2f} ms", "<= 2 ms",
                          "met" if sc["confinement_ms_per_candidate"] <= 2 else "not met"))
+    if "decode" in results:
+        for row in results["decode"]["steps"]:
+            if row["batch"] == 64:
+                rows.append((f"decode step, batch 64, {row['attention']} attention", f"{row['step_ms']:.0f} ms "
+                             f"({row['tok_s']:.0f} tok/s)", f"floor {row['floor_ms']:.0f} ms", "-"))
     if "forge" in results:
         f = results["forge"]
         rows.append((f"forge: {f['candidates_validated']} mutants validated", f"{f['forge_s']:.1f} s", "<= 60 s",
