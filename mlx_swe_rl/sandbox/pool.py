@@ -13,7 +13,7 @@ is built:
    tag that equals nothing), to a dedicated result pipe. Exit codes, stdout and files are
    never read as verdicts.
 2. The expected values are not in the child. They come from running the oracle in a
-   separate worker (`Sandbox(...)` instance of its own, see `scoring.Scorer`); the test
+   separate worker (`Sandbox(...)` instance of its own, see `scorer.Scorer`); the test
    code sent to a candidate holds only the probe expressions, never the right-hand sides.
 3. The parent decodes the values into fresh builtin objects and compares them itself
    (`verdict.same_value`), so no candidate-defined `__eq__` is ever called.
@@ -21,18 +21,21 @@ is built:
 So a candidate can only make a test pass by emitting the right value for it, which it has
 to compute (or know). A missing value (early exit, crash, timeout) is a failure.
 
-Confinement (per candidate): a fresh forked child in its own session and process group,
-in its own temporary directory, stdin at /dev/null, stdout and stderr captured to a capped
-file, a wall-clock deadline after which the whole group is killed, RLIMIT_CPU, RLIMIT_AS
-(Linux; elsewhere a watchdog polls the child's resident memory), RLIMIT_FSIZE,
-RLIMIT_NOFILE, RLIMIT_NPROC. On Linux each worker is a child subreaper: processes that
-leave the job's session (daemons) are re-parented to it and killed and reaped after the
-job. When the trainer runs as root the child also drops to an unprivileged uid of its own
-(one per worker slot), so it cannot write outside its directory and world-writable
-places; its files in /tmp, /var/tmp and /dev/shm are removed afterwards and, where there
-is no subreaper, every process of that uid is killed. Not a security boundary against
-a determined attacker (it cannot stop a non-root candidate from reading files the user
-can read); use a container for that.
+Limits (per candidate): a fresh forked child in its own session and process group, in its
+own temporary directory, stdin at /dev/null, stdout and stderr captured to a capped file, a
+wall-clock deadline after which the whole group is killed, RLIMIT_CPU, RLIMIT_AS (Linux;
+elsewhere a watchdog polls the child's resident memory), RLIMIT_FSIZE, RLIMIT_NOFILE,
+RLIMIT_NPROC. On Linux each worker is a child subreaper: processes that leave the job's
+session (daemons) are re-parented to it and killed and reaped after the job. When the
+trainer runs as root the child also drops to an unprivileged uid of its own (one per worker
+slot); its files in /tmp, /var/tmp and /dev/shm are removed afterwards and, where there is
+no subreaper, every process of that uid is killed.
+
+Confinement (per candidate, `confine.py`): before any candidate code runs, the child is
+confined by the kernel, without privileges: Landlock and a seccomp filter on Linux (user,
+mount and network namespaces where Landlock is missing), Seatbelt on macOS. It may read the
+standard library and read and write its work directory, nothing else, and open no socket.
+Each worker reports the mechanism it applies; `Sandbox.confinement` says it in words.
 """
 
 from __future__ import annotations
