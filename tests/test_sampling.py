@@ -96,6 +96,37 @@ def test_greedy_equals_mlx_lm_batch_generate(tiny_model, prompts):
         assert (ids[:-1] if ids and ids[-1] in eos else ids) == list(ref_ids)
 
 
+def test_temperature_samples_equal_mlx_lm_batch_generate_seeded(tiny_model, eos_id, prompts):
+    """With no early stops (EOS suppressed), every step draws from mlx-lm's sampler over the
+    same batch as `batch_generate`: the same seed gives the same tokens."""
+    from mlx_lm import batch_generate
+
+    from mlx_swe_rl.models.sampling import make_sampler_fn
+
+    model, tokenizer = tiny_model
+    no_eos = EosBias(model, eos_id, -1e9)
+    mx.random.seed(11)
+    ref = batch_generate(no_eos, tokenizer, prompts, max_tokens=10, sampler=make_sampler_fn(1.0),
+                         return_token_ids=True)
+    ours = sample(no_eos, tokenizer, prompts, group_size=1, max_tokens=10, temperature=1.0, seed=11)
+    assert [g[0].token_ids for g in ours.groups] == ref.token_ids
+    assert len({tuple(t) for t in ref.token_ids}) == len(prompts)
+
+
+def test_batches_larger_than_the_queue_and_refills(tiny_model, eos_id, prompts):
+    """Many sequences through a small batch (rows finish at different steps, the batch is
+    refilled): every completion is the same as when it decodes alone, greedy."""
+    model, tokenizer = tiny_model
+    biased = EosBias(model, eos_id, 3.0)
+    together = sample(biased, tokenizer, prompts * 3, group_size=2, max_tokens=MAX_TOKENS, temperature=0.0,
+                      batch_size=5)
+    lengths = {s.num_tokens for g in together.groups for s in g}
+    assert len(lengths) > 1  # rows really finished at different steps
+    for prompt, group in zip(prompts * 3, together.groups):
+        alone = sample(biased, tokenizer, [prompt], group_size=1, max_tokens=MAX_TOKENS, temperature=0.0)
+        assert [s.token_ids for s in group] == [alone.groups[0][0].token_ids] * 2
+
+
 def test_stopped_and_truncated_completions(tiny_model, eos_id):
     model, tokenizer = tiny_model
     biased = EosBias(model, eos_id, 4.0)

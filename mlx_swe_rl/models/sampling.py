@@ -1,8 +1,11 @@
 """Batched sampling: G completions for each of many prompts in one continuous batch.
 
-Built on mlx-lm's `BatchGenerator` (what `mlx_lm.batch_generate` uses), so all sequences of a
-call share one KV-cached decode loop. Unlike `batch_generate` we keep the EOS token that ended
-a completion (a trainer must reinforce stopping) and say which completions were truncated.
+Our own continuous-batching loop over mlx-lm's batched KV caches (`BatchKVCache`, what
+`mlx_lm.batch_generate` uses) and its samplers, so all sequences of a call share one KV-cached
+decode loop. Unlike `batch_generate` we keep the EOS token that ended a completion (a trainer
+must reinforce stopping) and say which completions were truncated; finished rows are dropped
+from the batch in bulk rather than one copy of the cache each, and the log-softmax runs on the
+fast exp where MLX's is slow.
 """
 
 from __future__ import annotations
@@ -95,76 +98,44 @@ def sample(
     model, prompt list and batch size. At temperature 0 the decode is greedy (all members of
     a group are then identical).
     """
-    from mlx_lm.generate import BatchGenerator
-
     if group_size < 1 or max_tokens < 1:
         raise ValueError("group_size and max_tokens must be at least 1")
     if seed is not None:
         mx.random.seed(seed)
     eos = set(tokenizer.eos_token_ids)
-    generator = BatchGenerator(
-        model,
-        max_tokens=max_tokens,
-        stop_tokens=[[t] for t in eos],
-        sampler=make_sampler_fn(temperature, top_p),
-        completion_batch_size=batch_size,
-        prefill_batch_size=min(batch_size, 8),
-    )
-    flat_prompts = [list(p) for p in prompts for _ in range(group_size)]
     owner = [i for i in range(len(prompts)) for _ in range(group_size)]
-    stats = SampleStats(prompt_tokens=sum(len(p) for p in flat_prompts), completions=len(flat_prompts))
-    caches = None
-    start = time.perf_counter()  # the shared prefill counts as sampling time
+    stats = SampleStats(prompt_tokens=group_size * sum(len(p) for p in prompts), completions=len(owner))
+    start = time.perf_counter()  # prefill counts as sampling time
     mx.reset_peak_memory()
     if share_prefix and group_size > 1:
-        shared = [prefill(model, p) for p in prompts]
-        caches = [shared[i] for i in owner]
-        # Each completion then starts from its prompt's last token on top of the shared cache.
-        flat_prompts = [p[-1:] for p in flat_prompts]
-    tokens: dict[int, list[int]] = {}
-    logprobs: dict[int, list[float]] = {}
-    finished: dict[int, str] = {}
-    bar = _progress_bar(len(flat_prompts), desc) if progress else None
+        shared = [prefill(model, list(p)) for p in prompts]
+        caches = [shared[i] for i in owner]  # merging copies a cache, so one can seed several rows
+    else:
+        caches = [prefill(model, list(prompts[i])) for i in owner]
+    bar = _progress_bar(len(owner), desc) if progress else None
     try:
-        uids = generator.insert(flat_prompts, caches=caches)
-        for uid in uids:
-            tokens[uid], logprobs[uid] = [], []
-        while responses := generator.next_generated():
-            # One host sync per decode step for the chosen tokens' log-probs.
-            picked = mx.stack([r.logprobs[r.token] for r in responses]).tolist()
-            for r, lp in zip(responses, picked):
-                tokens[r.uid].append(r.token)
-                logprobs[r.uid].append(lp)
-                if r.finish_reason is not None:
-                    finished[r.uid] = r.finish_reason
-                    if bar is not None:
-                        bar.update(1)
-            stats.generated_tokens += len(responses)
-            if bar is not None:
-                elapsed = time.perf_counter() - start
-                bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.1f}", refresh=False)
+        tokens, logprobs = decode(model, caches, [prompts[i][-1] for i in owner], eos,
+                                  make_sampler_fn(temperature, top_p), max_tokens, batch_size, stats, bar, start)
     finally:
-        generator.close()
         if bar is not None:
             bar.close()
     stats.seconds = time.perf_counter() - start
     stats.peak_memory_gb = mx.get_peak_memory() / 1e9
 
     groups: list[list[Sample]] = [[] for _ in prompts]
-    for uid, prompt_index in zip(uids, owner):
-        ids = tokens[uid]
-        # A "stop" finish means the last token is an EOS; a sequence that hit max_tokens with
-        # an EOS as its very last token also stopped by itself.
+    for ids, lps, prompt_index in zip(tokens, logprobs, owner):
+        # A completion stopped by itself when its last token is an EOS (also when that EOS
+        # came exactly at max_tokens); otherwise it was cut off.
         stopped = bool(ids) and ids[-1] in eos
         text_ids = ids[:-1] if stopped else ids
-        sample_ = Sample(prompt_index, ids, tokenizer.decode(text_ids), logprobs[uid], truncated=not stopped)
+        sample_ = Sample(prompt_index, ids, tokenizer.decode(text_ids), lps, truncated=not stopped)
         stats.truncated += sample_.truncated
         groups[prompt_index].append(sample_)
     return SamplingResult(groups, stats)
 
 
 def prefill(model: Any, prompt: list[int]) -> list[Any]:
-    """The KV cache of `prompt` without its last token (which the generator feeds itself).
+    """The KV cache of `prompt` without its last token (the decode loop feeds that one itself).
     Batch merging copies caches, so one cache can seed several sequences."""
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -173,6 +144,88 @@ def prefill(model: Any, prompt: list[int]) -> list[Any]:
         model(mx.array(prompt[:-1])[None], cache=cache)
         mx.eval([c.state for c in cache])
     return cache
+
+
+def log_softmax(logits: mx.array) -> mx.array:
+    """Log-probabilities over the last axis; on `fastmath.fast_exp` where the fast path is in
+    use (MLX's exp over a 49k vocabulary costs ~30 ms per decode step at batch 64 there)."""
+    from . import fastmath
+
+    if not fastmath.installed():
+        return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    top = logits.max(axis=-1, keepdims=True)
+    return logits - (top + mx.log(fastmath.fast_exp(logits - top).sum(axis=-1, keepdims=True)))
+
+
+def decode(model: Any, caches: list[list[Any]], first_tokens: list[int], eos: set[int], sampler: Any,
+           max_tokens: int, batch_size: int, stats: SampleStats, bar: Any = None,
+           start: float = 0.0) -> tuple[list[list[int]], list[list[float]]]:
+    """Continuous batched decoding: sequence i starts from its prefix cache `caches[i]` with
+    `first_tokens[i]` as input, and runs until an EOS or `max_tokens`. Returns each sequence's
+    token ids and their log-probabilities (temperature 1, as mlx-lm reports them).
+
+    Up to `batch_size` sequences decode together in one batched cache. A finished row keeps its
+    slot (its tokens are ignored) until an eighth of the batch has finished: dropping rows
+    copies the whole cache, so it is done in bulk; new sequences join when a quarter of the
+    slots are free."""
+    pending = list(range(len(caches)))[::-1]  # popped from the end: sequences start in order
+    rows: list[int] = []  # sequence index of each batch row
+    done: set[int] = set()
+    cache: list[Any] = []
+    inputs = mx.array([], dtype=mx.uint32)
+    tokens: list[list[int]] = [[] for _ in caches]
+    logprobs: list[list[float]] = [[] for _ in caches]
+    running = 0  # rows still decoding
+    while pending or running:
+        if pending and batch_size - running >= max(1, batch_size // 4):
+            cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
+            new = [pending.pop() for _ in range(min(batch_size - len(rows), len(pending)))]
+            joined = [type(layer).merge([caches[i][n] for i in new]) for n, layer in enumerate(caches[new[0]])]
+            cache = joined if not cache else [_extended(a, b) for a, b in zip(cache, joined)]
+            inputs = mx.concatenate([inputs, mx.array([first_tokens[i] for i in new], dtype=mx.uint32)])
+            rows += new
+            running += len(new)
+        logits = model(inputs[:, None], cache=cache)[:, -1, :]
+        normalised = log_softmax(logits)
+        inputs = sampler(normalised).astype(mx.uint32)
+        chosen = mx.take_along_axis(normalised, inputs[:, None], axis=-1)[:, 0]
+        mx.eval(inputs, chosen)  # one host sync per step
+        for row, (token, lp) in enumerate(zip(inputs.tolist(), chosen.tolist())):
+            seq = rows[row]
+            if seq in done:
+                continue
+            tokens[seq].append(token)
+            logprobs[seq].append(lp)
+            stats.generated_tokens += 1
+            if token in eos or len(tokens[seq]) >= max_tokens:
+                done.add(seq)
+                running -= 1
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            rate = stats.generated_tokens / max(time.perf_counter() - start, 1e-9)
+            bar.set_postfix(tok_s=f"{rate:.1f}", refresh=False)
+        if 8 * (len(rows) - running) >= len(rows):
+            cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
+    return tokens, logprobs
+
+
+def _drop_rows(cache: list[Any], inputs: mx.array, rows: list[int], done: set[int]) -> tuple[list[Any], mx.array, list[int]]:
+    """The batch without its finished rows."""
+    keep = [r for r, seq in enumerate(rows) if seq not in done]
+    if len(keep) == len(rows):
+        return cache, inputs, rows
+    if not keep:
+        return [], mx.array([], dtype=mx.uint32), []
+    index = mx.array(keep)
+    for layer in cache:
+        layer.filter(index)
+    return cache, inputs[index], [rows[r] for r in keep]
+
+
+def _extended(a: Any, b: Any) -> Any:
+    a.extend(b)
+    return a
 
 
 def _progress_bar(total: int, desc: str):
