@@ -5,7 +5,7 @@ tokens, then normalises the logits and samples. Each part is timed on its own (m
 `--repeats`), with the decode attention of `models/fastmath.py` and with MLX's fused kernel
 alternately, and the floor of the step is printed: every weight and the whole KV cache read
 once, or the FLOPs at the measured GEMM ceiling, whichever is slower. Then the real sampler
-(mlx-lm's BatchGenerator under `models.sampling.sample`) runs an eval-like workload both ways.
+(`models.sampling.sample`) runs an eval-like workload both ways.
 Not a test: `python bench/bench_decode.py`.
 """
 
