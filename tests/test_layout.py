@@ -118,9 +118,10 @@ def test_sandbox_worker_is_standard_library_only():
 
 
 def test_documented_entry_points_import():
-    from mlx_swe_rl.env import CodeFixEnv  # noqa: F401  (README's API)
+    from mlx_swe_rl.env import CodeFixEnv  # the README's API
     from mlx_swe_rl.eval import main as eval_main
-    from mlx_swe_rl.puzzles import load_puzzles  # noqa: F401
+    from mlx_swe_rl.puzzles import load_puzzles
     from mlx_swe_rl.train import main as train_main
 
     assert eval_main.name == "eval" and train_main.name == "train"
+    assert CodeFixEnv.__module__ == "mlx_swe_rl.env.codefix" and callable(load_puzzles)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
