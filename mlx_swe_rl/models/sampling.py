@@ -181,7 +181,11 @@ def decode(model: Any, caches: list[list[Any]], first_tokens: list[int], eos: se
             cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
             new = [pending.pop() for _ in range(min(batch_size - len(rows), len(pending)))]
             joined = [type(layer).merge([caches[i][n] for i in new]) for n, layer in enumerate(caches[new[0]])]
-            cache = joined if not cache else [_extended(a, b) for a, b in zip(cache, joined)]
+            if cache:
+                for layer, extra in zip(cache, joined):
+                    layer.extend(extra)  # in place: the new rows go below the running ones
+            else:
+                cache = joined
             inputs = mx.concatenate([inputs, mx.array([first_tokens[i] for i in new], dtype=mx.uint32)])
             rows += new
             running += len(new)
@@ -210,7 +214,8 @@ def decode(model: Any, caches: list[list[Any]], first_tokens: list[int], eos: se
     return tokens, logprobs
 
 
-def _drop_rows(cache: list[Any], inputs: mx.array, rows: list[int], done: set[int]) -> tuple[list[Any], mx.array, list[int]]:
+def _drop_rows(cache: list[Any], inputs: mx.array, rows: list[int],
+               done: set[int]) -> tuple[list[Any], mx.array, list[int]]:
     """The batch without its finished rows."""
     keep = [r for r, seq in enumerate(rows) if seq not in done]
     if len(keep) == len(rows):
@@ -221,11 +226,6 @@ def _drop_rows(cache: list[Any], inputs: mx.array, rows: list[int], done: set[in
     for layer in cache:
         layer.filter(index)
     return cache, inputs[index], [rows[r] for r in keep]
-
-
-def _extended(a: Any, b: Any) -> Any:
-    a.extend(b)
-    return a
 
 
 def _progress_bar(total: int, desc: str):
