@@ -18,6 +18,7 @@ from mlx_swe_rl.forge.forge import (ForgeSettings, _precheck, candidates, forge,
 from mlx_swe_rl.forge.mutators import FAMILIES
 from mlx_swe_rl.forge.seeds import BUNDLED_SEEDS, Seed, load_seeds
 from mlx_swe_rl.puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles
+from mlx_swe_rl.puzzles.trainset import load_train_set
 from mlx_swe_rl.sandbox.scorer import TestRun as Run
 from mlx_swe_rl.sandbox.verdict import TestResult as Result
 
@@ -290,3 +291,9 @@ def test_sample_command(forged, tmp_path):
     assert set(ids) <= train_ids
     too_many = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", "100000", "--out", str(tmp_path / "c")])
     assert too_many.exit_code == 1 and "-n: 100000 is more than" in too_many.output
+    # A subset of a puzzle-set file: its puzzles only, and it still points at the forged directory.
+    subset = tmp_path / "subset.json"
+    result = CliRunner().invoke(main, ["puzzles", "sample", str(first), "-n", "2", "--out", str(subset)])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(subset.read_text())["puzzles"]) < set(ids)
+    assert {p.id for p in load_train_set(subset)} == set(json.loads(subset.read_text())["puzzles"])

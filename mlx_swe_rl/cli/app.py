@@ -56,21 +56,20 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
 def sample_puzzles(directory: Path | None, count: int, split: str, tiers: tuple[str, ...], seed: int,
                    out: Path) -> None:
-    """Write a seeded random sample of the puzzles in DIRECTORY as a puzzle-set file (the format
-    of `rollouts --write-train-set`), for calibration, training or evaluation subsets."""
+    """Write a seeded random sample of the puzzles in DIRECTORY (or of a puzzle-set file) as a
+    puzzle-set file (the format of `rollouts --write-train-set`), for calibration, training or
+    evaluation subsets."""
     import random
 
-    from ..puzzles.trainset import write_train_set
+    from ..puzzles.trainset import source_directory, write_train_set
 
-    try:
-        found = load_puzzles(directory, list(tiers) or None, split)
-    except PuzzleError as exc:
-        fail(str(exc))
+    found = select_puzzles(directory, ",".join(tiers) or None, split)
     if count > len(found):
         fail(f"-n: {count} is more than the {len(found)} puzzles that match")
     chosen = sorted(random.Random(seed).sample(found, count), key=lambda p: p.id)
-    write_train_set(out, chosen, directory, {"sample": count, "of": len(found), "split": split,
-                                             "tiers": list(tiers) or None, "seed": seed})
+    write_train_set(out, chosen, source_directory(directory),
+                    {"from": str(directory) if directory else None, "sample": count, "of": len(found),
+                     "split": split, "tiers": list(tiers) or None, "seed": seed})
     click.echo(f"wrote {out} ({count} of {len(found)} puzzles)")
 
 

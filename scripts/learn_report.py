@@ -1,0 +1,146 @@
+"""Collect issue 14's experiment (scripts/learn.sh) into docs/results/learn.json, a figure and
+the Markdown table README "Results" shows.
+
+Every change is paired over the same puzzles: after training minus the base model (each run),
+and on-policy minus frozen sampler (same seed and steps), with 95% bootstrap CIs over puzzles.
+
+    python scripts/learn_report.py [--runs outputs/learn] [--out docs/results]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX; matplotlib is imported below)
+from mlx_swe_rl.reports.figures import read_history, smooth
+from mlx_swe_rl.rl.stats import compare_reports
+from mlx_swe_rl.runfiles import write_json_atomic
+
+RUNS = ("onpolicy-s0", "onpolicy-s1", "frozen-s0")
+SETS = {"train": "training puzzles (40 forged, mixed at calibration)",
+        "heldout": "held-out functions (60 forged)",
+        "bundled": "bundled hand-written puzzles (54)"}
+CURVES = ("reward_mean", "entropy", "completion_len", "truncation_rate", "zero_var_frac", "step_s")
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def samples(report: dict[str, Any]) -> int:
+    return report["settings"]["samples"]
+
+
+def overall(report: dict[str, Any]) -> list[float]:
+    """[avg@K, CI low, CI high] over every puzzle of an evaluation."""
+    row = next(t for t in report["totals"] if t["tier"] == "all" and t["split"] == "all")
+    return [row["pass@1"], *row["ci95"]]
+
+
+def collect(runs_dir: Path) -> dict[str, Any]:
+    """Every paired change the experiment's files allow, and each run's step curves."""
+    base = {s: load(runs_dir / f"eval-base-{s}.json") for s in SETS}
+    result: dict[str, Any] = {"sets": {}, "levels": {"base": {}}, "runs": {}, "onpolicy_vs_frozen": {}}
+    for s, report in base.items():
+        if report is not None:
+            result["sets"][s] = {"about": SETS[s], "samples": samples(report),
+                                 "temperature": report["settings"]["temperature"],
+                                 "max_tokens": report["settings"]["max_tokens"]}
+            result["levels"]["base"][s] = overall(report)
+    for run in RUNS:
+        history = read_history(runs_dir / run) if (runs_dir / run / "history.jsonl").is_file() else []
+        if not history:
+            continue
+        entry: dict[str, Any] = {"steps": len(history),
+                                 "curves": {k: [h.get(k) for h in history] for k in CURVES},
+                                 "train_hours": sum(h["step_s"] for h in history) / 3600, "change": {}}
+        for s, before in base.items():
+            after = load(runs_dir / f"eval-{run}-{s}.json")
+            if before is not None and after is not None:
+                entry["change"][s] = compare_reports(before, after)["all"]
+                result["levels"].setdefault(run, {})[s] = overall(after)
+        result["runs"][run] = entry
+    for s in SETS:
+        frozen, onpolicy = (load(runs_dir / f"eval-{run}-{s}.json") for run in ("frozen-s0", "onpolicy-s0"))
+        if frozen is not None and onpolicy is not None:
+            result["onpolicy_vs_frozen"][s] = compare_reports(frozen, onpolicy)["all"]
+    return result
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def change_cell(c: dict[str, Any]) -> str:
+    low, high = c["ci95"]
+    return f"{100 * c['change']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The README table: avg@K before and after per run and set, the paired change with its CI."""
+    lines = ["| run | puzzles | K | before | after | change, points [95% CI] | up / down |",
+             "|---|---|---|---|---|---|---|"]
+    for run, entry in result["runs"].items():
+        for s, c in entry["change"].items():
+            lines.append(f"| {run} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | {pct(c['before'])} | "
+                         f"{pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+    for s, c in result["onpolicy_vs_frozen"].items():
+        lines.append(f"| on-policy s0 minus frozen s0 | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | "
+                     f"{pct(c['before'])} | {pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+    return "\n".join(lines)
+
+
+def figure(result: dict[str, Any], out: Path) -> Path:
+    """Reward and entropy per step for each run; before/after avg@K per set with 95% CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_r, ax_e, ax_b) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for run, entry in result["runs"].items():
+        steps = range(1, entry["steps"] + 1)
+        line, = ax_r.plot(steps, smooth(entry["curves"]["reward_mean"]), label=run)
+        ax_r.plot(steps, entry["curves"]["reward_mean"], color=line.get_color(), alpha=0.25)
+        ax_e.plot(steps, entry["curves"]["entropy"], color=line.get_color(), label=run)
+    ax_r.set(title="training reward (mean over the step's completions)", xlabel="step", ylabel="reward")
+    ax_e.set(title="policy entropy per token", xlabel="step", ylabel="nats")
+    ax_r.legend(fontsize=8)
+    labels = list(result["levels"]["base"])
+    width = 0.8 / len(result["levels"])
+    for i, (name, levels) in enumerate(result["levels"].items()):
+        rows = [levels.get(s, [float("nan")] * 3) for s in labels]
+        means = [100 * m for m, _, _ in rows]
+        errs = [[100 * (m - lo) for m, lo, _ in rows], [100 * (hi - m) for m, _, hi in rows]]
+        ax_b.bar([j + i * width for j in range(len(labels))], means, width, yerr=errs, capsize=3, label=name)
+    ax_b.set_xticks([j + width * (len(result["levels"]) - 1) / 2 for j in range(len(labels))],
+                    [f"{s} (avg@{result['sets'][s]['samples']})" for s in labels])
+    ax_b.set(title="pass rate before and after (%)", ylabel="avg@K, %")
+    ax_b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+@click.command()
+@click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=Path("outputs/learn"), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
+def main(runs_dir: Path, out_dir: Path) -> None:
+    if not (runs_dir / "eval-base-train.json").is_file():
+        sys.exit(f"{runs_dir}: no eval-base-train.json: run scripts/learn.sh first")
+    result = collect(runs_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "learn.json", result)
+    figure(result, out_dir / "learn.png")
+    click.echo(markdown(result))
+    click.echo(f"wrote {out_dir / 'learn.json'} and {out_dir / 'learn.png'}")
+
+
+if __name__ == "__main__":
+    main()
