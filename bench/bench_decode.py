@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import click
 
-from common import machine, machine_line, measure_ceilings, model_counts, print_table, write_result
+from common import (machine, machine_line, measure_ceilings, model_counts, print_table, warn_below_floor,
+                    write_result)
 from mlx_swe_rl.env.prompts import build_messages
 from mlx_swe_rl.models import fastmath
 from mlx_swe_rl.models.sampling import encode_chat, sample
@@ -126,6 +127,8 @@ def main(model_spec: str, batches: str, context: int, repeats: int, n_puzzles: i
     click.echo(f"\nsampler, greedy, {len(prompts)} puzzle prompts in one batch, <= {max_tokens} new tokens:")
     print_table(workload, [("attention", "attention", ""), ("tokens", "tokens", "d"), ("seconds", "seconds", ".1f"),
                            ("tok_s", "tok/s", ".1f")], click.echo)
+    warn_below_floor([(f"decode step at batch {r['batch']} ({r['attention']})", r["step_ms"] / 1000, r["floor_ms"] / 1000)
+                      for r in rows], click.echo)
     write_result(out, {"machine": info, "ceilings": ceilings, "context": context, "steps": rows,
                        "sampler": workload})
     click.echo(f"wrote {out}")

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import click
 import numpy as np
 
-from common import machine, machine_line  # first: it loads OpenBLAS, which must precede mlx.core
+from common import machine, machine_line, peak_memory  # first: it loads OpenBLAS, which must precede mlx.core
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
@@ -197,7 +197,8 @@ def measure(mode: str, micro_batch: int, layers: int, group: int, prompt_tokens:
             "trainable_gb": trainable / 1e9, "after_step_gb": mx.get_active_memory() / 1e9,
             "upcast_overhead_gb": upcast_overhead_bytes(rows, 1536, vocab, mode == "full") / 1e9 if upcast else 0.0,
             "target_gb": TARGETS_GB[mode], "met": peak / 1e9 <= TARGETS_GB[mode], "wall_s": wall,
-            "build_s": build_s, "loss": stats.get("loss"), "kl": stats.get("kl"), "grad_norm": stats.get("grad_norm")}
+            "build_s": build_s, "loss": stats.get("loss"), "kl": stats.get("kl"), "grad_norm": stats.get("grad_norm"),
+            "process_peak_rss_gb": peak_memory()["process_peak_rss_gb"]}
 
 
 # --- CLI ---------------------------------------------------------------------------------------
@@ -213,10 +214,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                f"prompt {r0['prompt_tokens']} + completions {r0['completion_tokens']} tokens, beta=0.04, LoRA r=8 all "
                f"layers\n{machine_line(m)}, memory limit {m['memory_limit_gb']:.1f} GB")
     click.echo(f"{'mode':<5} {'micro':>5} {'resident GB':>11} {'peak GB':>8} {'floor GB':>9} {'target GB':>9} "
-               f"{'met?':>4} {'wall s':>7}")
+               f"{'met?':>4} {'wall s':>7} {'RSS GB':>7}")
     for r in rows:
         click.echo(f"{r['mode']:<5} {r['micro_batch']:>5} {r['resident_gb']:>11.2f} {r['peak_gb']:>8.2f} "
-                   f"{r['floor_gb']:>9.2f} {r['target_gb']:>9.1f} {'yes' if r['met'] else 'no':>4} {r['wall_s']:>7.1f}")
+                   f"{r['floor_gb']:>9.2f} {r['target_gb']:>9.1f} {'yes' if r['met'] else 'no':>4} {r['wall_s']:>7.1f} "
+                   f"{r['process_peak_rss_gb']:>7.2f}")
+    click.echo("peak GB: MLX's allocator (the target's measure); RSS GB: the process's peak resident set "
+               "(what peers report; includes Python, the random init and MLX's cache)")
     for r in rows:
         click.echo(f"floor {r['mode']}: weights {r['weights_gb']:.2f} + reference {r['reference_gb']:.2f} + 3 x "
                    f"trainable {r['trainable_gb']:.3f} (grads, AdamW m, v) = {r['floor_gb']:.2f} GB; "

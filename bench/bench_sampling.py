@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from common import machine, machine_line, measure_ceilings, model_counts, print_table, write_result
+from common import (machine, machine_line, measure_ceilings, model_counts, print_table, warn_below_floor,
+                    write_result)
 from mlx_swe_rl.models.specs import load_model
 from mlx_swe_rl.env.prompts import build_messages
 from mlx_swe_rl.puzzles.format import load_puzzles
@@ -90,13 +91,15 @@ def main(model_spec: str, dtype: str, n_puzzles: int, group_size: int, max_token
                         ("direct", "mlx_lm.batch_generate")):
         rows.append({"what": label, "tokens": statistics.median(t for t, _ in runs[name]),
                      "seconds": statistics.median(s for _, s in runs[name]), "rate": rates[name],
-                     "floor": f"{floor_rate:.0f} tok/s", "vs": rates[name] / floor_rate})
+                     "floor": f"{floor_rate:.0f} tok/s", "vs": rates[name] / floor_rate,
+                     "floor_s": statistics.median(t for t, _ in runs[name]) / floor_rate})
     prefill_flops = counts.forward_flops(len(long_prompt), 1)
     for share in (True, False):
         copies = 1 if share else group_size
         floor = ceilings.floor_seconds(copies * prefill_flops, counts.total_bytes)
         rows.append({"what": f"prefill {len(long_prompt)} tok x G={group_size}, {'shared' if share else 'not shared'}",
-                     "seconds": prefill_s[share], "floor": f"{floor:.2f} s", "vs": floor / prefill_s[share]})
+                     "seconds": prefill_s[share], "floor": f"{floor:.2f} s", "vs": floor / prefill_s[share],
+                     "floor_s": floor})
     click.echo(machine_line(info))
     click.echo(f"ceilings: {ceilings.gflops:.0f} GFLOP/s float32 GEMM, {ceilings.bandwidth_gbs:.1f} GB/s streaming")
     click.echo(f"model {model_spec} ({dtype}), {counts.total_bytes / 1e6:.0f} MB of weights; decode workload: "
@@ -107,6 +110,7 @@ def main(model_spec: str, dtype: str, n_puzzles: int, group_size: int, max_token
                f"prefix sharing vs direct: {rates['ours'] / rates['direct'] - 1:+.1%}; "
                f"prefill shared vs not: {prefill_s[False] / prefill_s[True]:.1f}x faster")
     click.echo("floor: decoding is memory-bound (all weights read per step); prefill is compute-bound")
+    warn_below_floor([(r["what"], r["seconds"], r["floor_s"]) for r in rows], click.echo)
     write_result(out, {"model": model_spec, "dtype": dtype, "prompts": len(prompts), "group_size": group_size,
                        "max_tokens": max_tokens, "temperature": temperature, "runs": runs,
                        "tokens_per_second": rates, "gap": gap, "prefill_tokens": len(long_prompt),

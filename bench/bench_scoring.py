@@ -10,7 +10,6 @@ repeat, and prints what confinement costs per candidate.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import click
+
+from common import write_result  # first: it loads OpenBLAS, which must precede mlx.core
 
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.sandbox.scorer import Scorer
@@ -75,11 +76,10 @@ def main(n_puzzles: int, group: int, repeats: int, workers: int | None, confinem
     }
     if cost is not None:
         result.update(cost)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
     width = max(len(k) for k in result)
     for key, value in result.items():
         click.echo(f"{key:<{width}}  {value}")
+    write_result(out, result, click.echo)
     click.echo(f"wrote {out}")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from common import (Ceilings, ModelCounts, machine, machine_line, measure_ceilings, model_counts, print_table,
-                    write_result)
+                    warn_below_floor, write_result)
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.env.prompts import build_messages
@@ -71,6 +71,7 @@ def main(model_spec: str, steps: int, out: Path) -> None:
     click.echo("floors: sampling = decode steps x max(weights / streaming rate, FLOPs / GEMM peak); "
                "forwards = 2 FLOPs per weight per token / GEMM peak; backward (frozen weights: input "
                "gradients only) = one more forward")
+    warn_below_floor([(f"phase '{r['phase']}'", r["median"], r["floor"]) for r in rows if r.get("floor")], click.echo)
     met = phases_median(phases)["whole step"] <= 25 and peak <= 2
     click.echo(f"targets (issue W1): step <= 25 s, peak memory <= 2 GB: {'met' if met else 'not met'}")
     write_result(out, {"model": model_spec, "prompt": puzzle.id, "prompt_tokens": lengths_of[puzzle.id],

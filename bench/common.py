@@ -13,10 +13,12 @@ from mlx_swe_rl.blas import blas_in_use  # first: importing the package loads Op
 import json
 import os
 import platform
+import resource
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -114,7 +116,30 @@ def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]],
         echo("  ".join(text.ljust(w) if i == 0 else text.rjust(w) for i, (text, w) in enumerate(zip(line, widths))))
 
 
-def write_result(out: Path, payload: dict[str, Any]) -> None:
+def peak_memory() -> dict[str, float]:
+    """This process's peak resident set size (what peers such as TRL report) next to MLX's
+    allocator peak (MLX buffers only: no Python, no tokenizer, no freed-but-cached pages)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_bytes = rss if sys.platform == "darwin" else rss * 1024  # Linux counts KiB, macOS bytes
+    return {"process_peak_rss_gb": rss_bytes / 1e9, "mlx_peak_gb": mx.get_peak_memory() / 1e9}
+
+
+def warn_below_floor(measured: Iterable[tuple[str, float, float | None]], echo: Callable[[str], None] = print) -> int:
+    """Print a warning for each (what, seconds, floor seconds) measured faster than its floor:
+    the floor is a lower bound, so that means the ceilings were measured on a disturbed
+    machine (or the work count is wrong), and every "x floor" of the run is suspect."""
+    below = [(what, seconds, floor) for what, seconds, floor in measured if floor and seconds < floor]
+    for what, seconds, floor in below:
+        echo(f"WARNING: {what} took {seconds:.4g} s, below its floor of {floor:.4g} s: the ceilings "
+             "were measured on a busy machine; rerun on an idle one before trusting these figures")
+    return len(below)
+
+
+def write_result(out: Path, payload: dict[str, Any], echo: Callable[[str], None] = print) -> None:
+    """Write a benchmark's JSON, with the process's memory peaks added (and printed)."""
+    memory = peak_memory()
+    echo(f"memory: process peak RSS {memory['process_peak_rss_gb']:.2f} GB, "
+         f"MLX peak {memory['mlx_peak_gb']:.2f} GB")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=1, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__")
-                              else str(o)))
+    out.write_text(json.dumps({**payload, "memory": memory}, indent=1,
+                              default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o)))

@@ -223,3 +223,49 @@ def test_eval_with_bad_train_set_is_one_line_error(tiny_model_dir, tmp_path):
     assert result.exit_code == 1 and "Traceback" not in result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "not valid JSON" in lines[0]
+
+
+# ---------------------------------------------------------------------------------- early stopping
+class ScriptedEnv:
+    """Solves each puzzle's n-th scored completion as its script says, whatever the text."""
+
+    def __init__(self, scripts: dict[str, list[int]]):
+        self.scripts, self.scored = scripts, {pid: 0 for pid in scripts}
+
+    def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"fix {puzzle_id}"}]
+
+    def score(self, items):
+        out = []
+        for pid, _ in items:
+            solved = bool(self.scripts[pid][self.scored[pid]])
+            self.scored[pid] += 1
+            out.append((float(solved), {"code": None, "format_ok": solved, "passed": int(solved), "total": 1,
+                                        "tests": [], "reward_parts": {"tests": float(solved)}}))
+        return out
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 4])
+def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds):
+    from mlx_swe_rl.rl.calibration import calibrate
+
+    model, tokenizer = tiny_model
+    scripts = {"a": [1, 0, 1, 1], "b": [0, 0, 0, 0], "c": [0, 0, 1, 0], "d": [1, 1, 1, 1], "e": [0, 1, 0, 0]}
+    puzzles = [p for p in load_puzzles(tiers=["easy"])[:5]]
+    env = ScriptedEnv({p.id: script for p, script in zip(puzzles, scripts.values())})
+    report = calibrate(model, tokenizer, env, puzzles, group_size=4, temperature=0.8, max_tokens=4,
+                       rounds=rounds, progress=False)
+    rows = {row["id"]: row for row in report["puzzles"]}
+    by_script = {name: rows[p.id] for name, p in zip(scripts, puzzles)}
+    # The same category as from all four samples, however many rounds.
+    assert {k: r["category"] for k, r in by_script.items()} == {
+        "a": "mixed", "b": "all-failed", "c": "mixed", "d": "all-solved", "e": "mixed"}
+    # A puzzle stops at the end of the first round that makes it mixed.
+    stop = {1: {"a": 4, "c": 4, "e": 4}, 2: {"a": 2, "c": 4, "e": 2}, 4: {"a": 2, "c": 3, "e": 2}}[rounds]
+    assert {k: r["samples"] for k, r in by_script.items() if r["category"] == "mixed"} == stop
+    assert by_script["b"]["samples"] == by_script["d"]["samples"] == 4
+    for r in rows.values():
+        assert len(r["rewards"]) == len(r["advantages"]) == len(r["completions"]) == r["samples"]
+        assert r["solve_rate"] == r["solved"] / r["samples"]
+    assert report["timing"]["completions"] == sum(r["samples"] for r in rows.values())
+    assert report["settings"]["rounds"] == rounds

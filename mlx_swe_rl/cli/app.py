@@ -229,9 +229,12 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
               show_default=True, help="Where to save every rollout, category and advantage.")
 @click.option("--write-train-set", type=click.Path(path_type=Path), default=None,
               help="Also write the mixed puzzles as a train set (JSON) that configs can use.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sample G in this many rounds, stopping a puzzle once it is mixed (same categories, "
+                   "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples).")
 def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
-             sandbox: dict, out: Path, write_train_set: Path | None) -> None:
+             sandbox: dict, out: Path, write_train_set: Path | None, rounds: int) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
@@ -243,7 +246,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     puzzles = select_puzzles(puzzle_dir, tiers, split)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
         model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size))
+        seed=seed, batch_size=batch_size, rounds=rounds))
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")
