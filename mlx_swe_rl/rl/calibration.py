@@ -29,7 +29,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     get from all G samples (the same decision), for fewer tokens; the solve rate of a puzzle
     that stopped early is measured on fewer samples (its row's `samples`).
     """
-    per_round = -(-group_size // max(1, min(rounds, group_size)))
+    per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     groups: dict[str, list] = {p.id: [] for p in puzzles}
     stats = SampleStats()
     pending, round_index = list(puzzles), 0
