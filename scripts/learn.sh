@@ -52,10 +52,14 @@ train() {
 }
 
 evaluate base none train heldout bundled
+# The first configuration tried (GRPO's per-completion token mean, truncated completions masked
+# out): completions grew to the token limit and the run was stopped at step 16.
+train masked-s0 seed=0 grpo.aggregation=seq_mean_token_mean grpo.mask_truncated=true train.steps=16
+evaluate masked-s0 "$out/masked-s0" train
 train onpolicy-s0 seed=0
 evaluate onpolicy-s0 "$out/onpolicy-s0" train heldout bundled
 train onpolicy-s1 seed=1
 evaluate onpolicy-s1 "$out/onpolicy-s1" train heldout bundled
 train frozen-s0 seed=0 sampling.mode=frozen
-evaluate frozen-s0 "$out/frozen-s0" train heldout
+evaluate frozen-s0 "$out/frozen-s0" train
 echo "done: python scripts/learn_report.py"

@@ -21,7 +21,7 @@ from mlx_swe_rl.reports.figures import read_history, smooth
 from mlx_swe_rl.rl.stats import compare_reports
 from mlx_swe_rl.runfiles import write_json_atomic
 
-RUNS = ("onpolicy-s0", "onpolicy-s1", "frozen-s0")
+RUNS = ("masked-s0", "onpolicy-s0", "onpolicy-s1", "frozen-s0")  # masked-s0: the first configuration
 SETS = {"train": "training puzzles (40 forged, mixed at calibration)",
         "heldout": "held-out functions (60 forged)",
         "bundled": "bundled hand-written puzzles (54)"}
@@ -102,14 +102,16 @@ def figure(result: dict[str, Any], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_r, ax_e, ax_b) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, (ax_r, ax_l, ax_e, ax_b) = plt.subplots(1, 4, figsize=(20, 4.2))
     for run, entry in result["runs"].items():
         steps = range(1, entry["steps"] + 1)
         line, = ax_r.plot(steps, smooth(entry["curves"]["reward_mean"]), label=run)
         ax_r.plot(steps, entry["curves"]["reward_mean"], color=line.get_color(), alpha=0.25)
+        ax_l.plot(steps, entry["curves"]["completion_len"], color=line.get_color(), label=run)
         ax_e.plot(steps, entry["curves"]["entropy"], color=line.get_color(), label=run)
     ax_r.set(title="training reward (mean over the step's completions)", xlabel="step", ylabel="reward")
-    ax_e.set(title="policy entropy per token", xlabel="step", ylabel="nats")
+    ax_l.set(title="mean completion length (limit 192)", xlabel="step", ylabel="tokens")
+    ax_e.set(title="policy entropy per loss token", xlabel="step", ylabel="nats")
     ax_r.legend(fontsize=8)
     labels = list(result["levels"]["base"])
     width = 0.8 / len(result["levels"])

@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_swe_rl.rl.grpo import group_advantages, grpo_objective, kl_k3, policy_loss, token_log_probs, token_weights
+from mlx_swe_rl.rl.grpo import AGGREGATIONS, group_advantages, grpo_objective, kl_k3, policy_loss, token_log_probs, token_weights
 
 EPS = 1e-4  # group_advantages' default
 
@@ -308,6 +308,26 @@ def test_objective_masked_tokens_do_not_count():
     b, _ = grpo_objective(changed, logp, logp - 7.0 * (1 - mask), mx.array([1.0]), mask, mx.array([0.5]), **kwargs)
     assert a.item() == pytest.approx(-1.0, abs=1e-6)  # 0.5 * (-1 - 1)
     assert b.item() == pytest.approx(a.item(), abs=1e-6)
+
+
+def test_diagnostics_do_not_depend_on_the_loss_aggregation():
+    # Two completions of 4 and 2 tokens; the KL of the short one is larger. As per-token
+    # diagnostics, KL and clipping use the mean of token means (stat_weights) under any
+    # aggregation, so Dr. GRPO's max_tokens normaliser cannot shrink them.
+    logp = mx.array([[-1.0, -1.0, -1.0, -1.0], [-1.0, -1.0, 0.0, 0.0]])
+    ref = mx.array([[-1.1, -1.1, -1.1, -1.1], [-1.5, -1.5, 0.0, 0.0]])
+    mask = mx.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    lengths = mx.array([4, 2])
+    mean_weights = token_weights(lengths, "seq_mean_token_mean", 16)
+    expected_kl = 0.5 * (kl_k3(logp[0], ref[0]).mean() + kl_k3(logp[1, :2], ref[1, :2]).mean())
+    kwargs = dict(beta=0.1, eps_low=0.2, eps_high=0.2, stat_weights=mean_weights)
+    losses = []
+    for aggregation in AGGREGATIONS:
+        loss, stats = grpo_objective(logp, logp, ref, mx.array([1.0, -1.0]), mask,
+                                     token_weights(lengths, aggregation, 16), **kwargs)
+        assert stats["kl"].item() == pytest.approx(expected_kl.item(), rel=1e-5)
+        losses.append(loss.item())
+    assert len({round(x, 6) for x in losses}) == len(AGGREGATIONS)  # the losses themselves differ
 
 
 @pytest.mark.parametrize("ratio_level", ["token", "sequence"])

@@ -122,16 +122,20 @@ def token_weights(lengths: mx.array, aggregation: str, max_tokens: int, *, total
 
 def grpo_objective(logp: mx.array, old_logp: mx.array, ref_logp: mx.array | None, advantages: mx.array,
                    mask: mx.array, weights: mx.array, *, beta: float, eps_low: float, eps_high: float,
-                   ratio_level: str = "token") -> tuple[mx.array, dict[str, mx.array]]:
-    """The micro-batch loss sum_i w_i sum_t mask (l_{i,t} + beta k3_{i,t}), and weighted
-    diagnostics (KL, clip fraction) on the same scale, for summing across micro-batches."""
+                   ratio_level: str = "token", stat_weights: mx.array | None = None
+                   ) -> tuple[mx.array, dict[str, mx.array]]:
+    """The micro-batch loss sum_i w_i sum_t mask (l_{i,t} + beta k3_{i,t}), and diagnostics
+    (KL, clip fraction) weighted by `stat_weights` (default: the loss's own weights), for
+    summing across micro-batches. Per-token means as diagnostics need weights that sum to one
+    over the step's tokens, which a loss aggregation such as Dr. GRPO's does not give."""
     per_token, was_clipped = policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high, ratio_level)
     w = weights[:, None] * mask
-    stats = {"policy_loss": (per_token * w).sum(), "clip_frac": (was_clipped * w).sum()}
+    ws = w if stat_weights is None else stat_weights[:, None] * mask
+    stats = {"policy_loss": (per_token * w).sum(), "clip_frac": (was_clipped * ws).sum()}
     total = per_token
     if beta > 0 and ref_logp is not None:
         kl = kl_k3(logp, ref_logp)
         total = total + beta * kl
-        stats["kl"] = (kl * w).sum()
+        stats["kl"] = (kl * ws).sum()
     loss = (total * w).sum()
     return loss, stats

@@ -130,15 +130,18 @@ class LossGroup:
     completions: list[list[int]] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
+    # Each completion's share in per-token diagnostics (entropy, KL, clipping): the mean over
+    # completions of their token means, whatever the loss aggregation.
+    stat_weights: list[float] = field(default_factory=list)
 
 
-def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, mx.array, mx.array]]:
+def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, mx.array, mx.array, mx.array]]:
     """At most `size` completions of one prompt per micro-batch, so the prompt runs once."""
     out = []
     for g in groups:
         for i in range(0, len(g.completions), size):
-            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size]),
-                        mx.array(g.advantages[i:i + size]), mx.array(g.weights[i:i + size])))
+            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size]), mx.array(g.advantages[i:i + size]),
+                        mx.array(g.weights[i:i + size]), mx.array(g.stat_weights[i:i + size])))
     return out
 
 
@@ -164,10 +167,14 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
             groups.append(kept)
     lengths = [len(c) for g in groups for c in g.completions]
     whole = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
-    weights = iter(token_weights(mx.array(lengths or [0]), cfg.grpo.aggregation, cfg.sampling.max_tokens,
-                                 total_kept=int(whole["kept"]), total_tokens=int(whole["tokens"])).tolist())
+    def weights_of(aggregation: str):
+        return iter(token_weights(mx.array(lengths or [0]), aggregation, cfg.sampling.max_tokens,
+                                  total_kept=int(whole["kept"]), total_tokens=int(whole["tokens"])).tolist())
+
+    weights, stat_weights = weights_of(cfg.grpo.aggregation), weights_of("seq_mean_token_mean")
     for g in groups:
         g.weights = [next(weights) for _ in g.completions]
+        g.stat_weights = [next(stat_weights) for _ in g.completions]
     info = {"zero_var_frac": 1.0 - whole["valid"] / whole["groups"], "loss_completions": int(whole["kept"])}
     return groups, info
 
@@ -206,19 +213,20 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     need_ref = g.beta > 0
     start = time.perf_counter()
     refs, olds = [], []
-    for batch, _, _ in batches:
+    for batch, *_ in batches:
         if need_ref:
             with policy.reference_logits_model() as reference:
                 refs.append(no_grad_log_probs(reference, batch))
         olds.append(no_grad_log_probs(model, batch) if g.num_iterations > 1 else None)
 
-    def loss_fn(batch, adv, weights, old, ref):
+    def loss_fn(batch, adv, weights, stat_weights, old, ref):
         logp, entropy = group_log_probs(model, batch, with_entropy=True)
         # mu = 1: the sampling policy is the current one, ratio == 1 but the gradient flows.
         old = mx.stop_gradient(logp) if old is None else old
         loss, stats = grpo_objective(logp, old, ref, adv, batch.mask(), weights, beta=g.beta,
-                                     eps_low=g.clip_low, eps_high=g.clip_high, ratio_level=g.ratio_level)
-        stats["entropy"] = (entropy * weights[:, None] * batch.mask()).sum()
+                                     eps_low=g.clip_low, eps_high=g.clip_high, ratio_level=g.ratio_level,
+                                     stat_weights=stat_weights)
+        stats["entropy"] = (entropy * stat_weights[:, None] * batch.mask()).sum()
         return loss, stats
 
     loss_and_grad = nn.value_and_grad(model, loss_fn)
@@ -227,8 +235,8 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     keys = ("loss", "policy_loss", "clip_frac", "entropy") + (("kl",) if need_ref else ())
     for iteration in range(g.num_iterations):
         grads, sums = None, dict.fromkeys(keys, 0.0)
-        for (batch, adv, weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
-            grads = accumulate(loss_and_grad, grads, sums, batch, adv, weights, old, ref)
+        for (batch, adv, weights, stat_weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
+            grads = accumulate(loss_and_grad, grads, sums, batch, adv, weights, stat_weights, old, ref)
         if grads is None:
             grads = tree_map(mx.zeros_like, model.trainable_parameters())
         grads, sums = dist.all_sum_tree(grads), dist.all_sum(sums)  # the whole step's (no-ops on one rank)
