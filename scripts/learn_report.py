@@ -21,7 +21,7 @@ from mlx_swe_rl.reports.figures import read_history, smooth
 from mlx_swe_rl.rl.stats import compare_reports
 from mlx_swe_rl.runfiles import write_json_atomic
 
-RUNS = ("masked-s0", "onpolicy-s0", "onpolicy-s1", "frozen-s0")  # masked-s0: the first configuration
+RUNS = ("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0")  # drgrpo-s0: a variant, stopped early
 SETS = {"train": "training puzzles (40 forged, mixed at calibration)",
         "heldout": "held-out functions (60 forged)",
         "bundled": "bundled hand-written puzzles (54)"}
