@@ -103,12 +103,13 @@ def figure(result: dict[str, Any], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax_r, ax_l, ax_e, ax_b) = plt.subplots(1, 4, figsize=(20, 4.2))
+    color = {"base": "0.55", **{run: f"C{i}" for i, run in enumerate(RUNS)}}  # one colour per run in every panel
     for run, entry in result["runs"].items():
         steps = range(1, entry["steps"] + 1)
-        line, = ax_r.plot(steps, smooth(entry["curves"]["reward_mean"]), label=run)
-        ax_r.plot(steps, entry["curves"]["reward_mean"], color=line.get_color(), alpha=0.25)
-        ax_l.plot(steps, entry["curves"]["completion_len"], color=line.get_color(), label=run)
-        ax_e.plot(steps, entry["curves"]["entropy"], color=line.get_color(), label=run)
+        ax_r.plot(steps, smooth(entry["curves"]["reward_mean"]), color=color[run], label=run)
+        ax_r.plot(steps, entry["curves"]["reward_mean"], color=color[run], alpha=0.25)
+        ax_l.plot(steps, entry["curves"]["completion_len"], color=color[run], label=run)
+        ax_e.plot(steps, entry["curves"]["entropy"], color=color[run], label=run)
     ax_r.set(title="training reward (mean over the step's completions)", xlabel="step", ylabel="reward")
     ax_l.set(title="mean completion length (limit 192)", xlabel="step", ylabel="tokens")
     ax_e.set(title="policy entropy per loss token", xlabel="step", ylabel="nats")
@@ -119,7 +120,8 @@ def figure(result: dict[str, Any], out: Path) -> Path:
         rows = [levels.get(s, [float("nan")] * 3) for s in labels]
         means = [100 * m for m, _, _ in rows]
         errs = [[100 * (m - lo) for m, lo, _ in rows], [100 * (hi - m) for m, _, hi in rows]]
-        ax_b.bar([j + i * width for j in range(len(labels))], means, width, yerr=errs, capsize=3, label=name)
+        ax_b.bar([j + i * width for j in range(len(labels))], means, width, yerr=errs, capsize=3, label=name,
+                 color=color[name])
     ax_b.set_xticks([j + width * (len(result["levels"]) - 1) / 2 for j in range(len(labels))],
                     [f"{s} (avg@{result['sets'][s]['samples']})" for s in labels])
     ax_b.set(title="pass rate before and after (%)", ylabel="avg@K, %")
