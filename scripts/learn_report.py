@@ -25,6 +25,7 @@ RUNS = ("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0")  # drgrpo-s0: a 
 SETS = {"train": "training puzzles (40 forged, mixed at calibration)",
         "heldout": "held-out functions (60 forged)",
         "bundled": "bundled hand-written puzzles (54)"}
+SET_FILES = {"train": Path("outputs/learn-train40.json"), "heldout": Path("outputs/forged-easy-heldout60.json")}
 CURVES = ("reward_mean", "entropy", "completion_len", "truncation_rate", "zero_var_frac", "step_s")
 
 
@@ -70,6 +71,35 @@ def collect(runs_dir: Path) -> dict[str, Any]:
         if frozen is not None and onpolicy is not None:
             result["onpolicy_vs_frozen"][s] = compare_reports(frozen, onpolicy)["all"]
     return result
+
+
+def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
+    """How much of a change is answer format: the avg@K of each evaluation's completions cut
+    after their first code block (SmolLM2 often follows a right fix with a wrong "alternative"
+    block, and the answer is the last block), rescored in the sandbox, next to the recorded avg@K."""
+    from mlx_swe_rl.env import CodeFixEnv
+    from mlx_swe_rl.env.prompts import PYTHON_TAGS, fenced_blocks
+    from mlx_swe_rl.puzzles.trainset import load_train_set
+
+    out: dict[str, dict[str, float]] = {}
+    for s, path in SET_FILES.items():
+        with CodeFixEnv(load_train_set(path)) as env:
+            for run in ("base",) + RUNS:
+                report = load(runs_dir / f"eval-{run}-{s}.json")
+                if report is None:
+                    continue
+                items, owners = [], []
+                for row in report["puzzles"]:
+                    for c in row["completions"]:
+                        blocks = [body for tag, body in fenced_blocks(c["text"]) if tag in PYTHON_TAGS and body.strip()]
+                        items.append((row["id"], f"```python\n{blocks[0]}\n```" if blocks else c["text"]))
+                        owners.append(row["id"])
+                solved: dict[str, list[bool]] = {}
+                for owner, (_, info) in zip(owners, env.score(items)):
+                    solved.setdefault(owner, []).append(info["format_ok"] and info["passed"] == info["total"])
+                rates = [sum(v) / len(v) for v in solved.values()]
+                out.setdefault(run, {})[s] = {"recorded": overall(report)[0], "first_block": sum(rates) / len(rates)}
+    return out
 
 
 def pct(x: float) -> str:
@@ -139,10 +169,14 @@ def main(runs_dir: Path, out_dir: Path) -> None:
     if not (runs_dir / "eval-base-train.json").is_file():
         sys.exit(f"{runs_dir}: no eval-base-train.json: run scripts/learn.sh first")
     result = collect(runs_dir)
+    result["first_block"] = first_block_rates(runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "learn.json", result)
     figure(result, out_dir / "learn.png")
     click.echo(markdown(result))
+    click.echo("\navg@K as recorded / with every completion cut after its first code block (%):")
+    for run, sets in result["first_block"].items():
+        click.echo(f"  {run:<12} " + ", ".join(f"{s} {pct(v['recorded'])} / {pct(v['first_block'])}" for s, v in sets.items()))
     click.echo(f"wrote {out_dir / 'learn.json'} and {out_dir / 'learn.png'}")
 
 
