@@ -25,7 +25,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -167,7 +167,8 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
             groups.append(kept)
     lengths = [len(c) for g in groups for c in g.completions]
     whole = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
-    def weights_of(aggregation: str):
+
+    def weights_of(aggregation: str) -> Iterator[float]:
         return iter(token_weights(mx.array(lengths or [0]), aggregation, cfg.sampling.max_tokens,
                                   total_kept=int(whole["kept"]), total_tokens=int(whole["tokens"])).tolist())
 
