@@ -12,6 +12,7 @@ puzzles that are all-failed or all-solved after a first part of the samples.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -61,8 +62,6 @@ def replay(report: dict, rule: Callable[[list[bool]], int]) -> dict:
 @click.option("--out", default="outputs/bench/calibration_rounds.json", show_default=True,
               type=click.Path(path_type=Path))
 def main(files: tuple[Path, ...], out: Path) -> None:
-    import json
-
     rows = []
     for path in files:
         report = json.loads(path.read_text())

@@ -78,7 +78,7 @@ def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
     after their first code block (SmolLM2 often follows a right fix with a wrong "alternative"
     block, and the answer is the last block), rescored in the sandbox, next to the recorded avg@K."""
     from mlx_swe_rl.env import CodeFixEnv
-    from mlx_swe_rl.env.prompts import PYTHON_TAGS, fenced_blocks
+    from mlx_swe_rl.env.prompts import python_blocks
     from mlx_swe_rl.puzzles.trainset import load_train_set
 
     out: dict[str, dict[str, float]] = {}
@@ -91,7 +91,7 @@ def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
                 items, owners = [], []
                 for row in report["puzzles"]:
                     for c in row["completions"]:
-                        blocks = [body for tag, body in fenced_blocks(c["text"]) if tag in PYTHON_TAGS and body.strip()]
+                        blocks = python_blocks(c["text"])
                         items.append((row["id"], f"```python\n{blocks[0]}\n```" if blocks else c["text"]))
                         owners.append(row["id"])
                 solved: dict[str, list[bool]] = {}

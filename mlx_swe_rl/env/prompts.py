@@ -59,6 +59,11 @@ def _parses(code: str) -> bool:
         return False
 
 
+def python_blocks(response: str) -> list[str]:
+    """The non-empty fenced blocks tagged python (or untagged) of a response, in order."""
+    return [body for tag, body in fenced_blocks(response) if tag in PYTHON_TAGS and body.strip()]
+
+
 def extract_code(response: str, entry_point: str | None = None) -> str | None:
     """The code in a model response, or None when it holds none (a format failure).
 
@@ -66,7 +71,7 @@ def extract_code(response: str, entry_point: str | None = None) -> str | None:
     `entry_point`; failing that, the last such block. Models often quote the buggy code
     first and give the fix after it, so the last defining block is the answer. With no
     fences, the whole response counts if it parses as Python and defines `entry_point`."""
-    candidates = [body.strip("\n") for tag, body in fenced_blocks(response) if tag in PYTHON_TAGS and body.strip()]
+    candidates = [body.strip("\n") for body in python_blocks(response)]
     if candidates:
         if entry_point is not None:
             defining = [c for c in candidates if defines(c, entry_point)]
