@@ -94,9 +94,7 @@ def main(model_spec: str, batches: str, context: int, repeats: int, n_puzzles: i
          out: Path) -> None:
     model, tokenizer = load_model(model_spec)
     info, ceilings, counts = machine(), measure_ceilings(), model_counts(model)
-    args = model.args
-    kv_bytes_per_row = 2 * args.num_hidden_layers * args.num_key_value_heads * context * \
-        (args.hidden_size // args.num_attention_heads) * 4
+    kv_bytes_per_row = counts.kv_bytes_per_token * context
     rows = []
     for batch in (int(b) for b in batches.split(",")):
         floor_ms = 1000 * ceilings.floor_seconds(counts.forward_flops(batch, batch),

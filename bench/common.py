@@ -87,6 +87,7 @@ class ModelCounts:
     body: int  # transformer blocks (the matmuls every token goes through)
     head: int  # output projection (applied only where logits are needed)
     total_bytes: int  # every weight, as stored
+    kv_bytes_per_token: int = 0  # keys and values of one token in every layer, in the weights' dtype
 
     def forward_flops(self, body_tokens: int, head_tokens: int) -> float:
         """2 FLOPs per weight per token (attention's own L x S products are left out: they are
@@ -101,7 +102,13 @@ def model_counts(model: Any) -> ModelCounts:
         head = params["lm_head.weight"].size
     else:
         head = params["model.embed_tokens.weight"].size
-    return ModelCounts(body=body, head=head, total_bytes=sum(v.nbytes for v in params.values()))
+    args = getattr(model, "args", None)
+    kv = 0
+    if args is not None and hasattr(args, "num_key_value_heads"):
+        head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+        itemsize = next(v for k, v in params.items() if k.endswith("norm.weight")).itemsize  # activations' dtype
+        kv = 2 * args.num_hidden_layers * args.num_key_value_heads * head_dim * itemsize
+    return ModelCounts(body=body, head=head, total_bytes=sum(v.nbytes for v in params.values()), kv_bytes_per_token=kv)
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]], echo=print) -> None:

@@ -141,3 +141,49 @@ def test_trainer_log_probs_agree_with_and_without_the_fast_path(tiny_model):
         fastmath.install()
     for a, b in zip(fast, slow):
         close(a, b, 1e-5)
+
+
+@pytest.mark.parametrize("mask", ["causal", "bool", "additive", "2d"])
+def test_prompt_attention_inside_inference_matches_mlx_lm(mask):
+    """Several queries per sequence (a prefill, here after 6 cached tokens) take the fast path
+    only inside `inference()`, and agree with mlx-lm's attention there."""
+    from mlx_lm.models.base import scaled_dot_product_attention
+
+    n, heads, kv_heads, length, span, dim = 2, 9, 3, 13, 19, 64
+    keys = [mx.random.key(i) for i in range(4)]
+    q = mx.random.normal((n, heads, length, dim), key=keys[0])
+    k = mx.random.normal((n, kv_heads, span, dim), key=keys[1])
+    v = mx.random.normal((n, kv_heads, span, dim), key=keys[2])
+    m = {"bool": mx.random.uniform(shape=(n, 1, length, span), key=keys[3]) > 0.3,
+         "additive": mx.random.normal((n, 1, length, span), key=keys[3]),
+         "2d": mx.random.uniform(shape=(length, span), key=keys[3]) > 0.3}.get(mask, mask)
+    reference = scaled_dot_product_attention(q, k, v, cache=None, scale=0.125, mask=m)
+    calls = []
+    real_fast_exp = fastmath.fast_exp
+    try:
+        fastmath.fast_exp = lambda x: calls.append(1) or real_fast_exp(x)
+        with fastmath.inference():
+            close(fastmath.decode_attention(q, k, v, None, 0.125, m), reference, 1e-5)
+        assert calls
+        assert mx.array_equal(fastmath.decode_attention(q, k, v, None, 0.125, m), reference)  # outside: passed on
+        assert len(calls) == 1
+    finally:
+        fastmath.fast_exp = real_fast_exp
+
+
+def test_prefill_cache_is_unchanged_by_the_fast_path(tiny_model):
+    """The sampler's prefill (inside `inference()`) leaves the same keys and values."""
+    from mlx_swe_rl.models.sampling import prefill
+
+    model, _ = tiny_model
+    prompt = list(range(5, 40))
+    try:
+        fastmath.install(False)
+        slow = prefill(model, prompt)
+        fastmath.install(True)
+        fast = prefill(model, prompt)
+    finally:
+        fastmath.install()
+    for a, b in zip(slow, fast):
+        close(b.state[0], a.state[0], 1e-5)
+        close(b.state[1], a.state[1], 1e-5)

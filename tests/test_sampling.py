@@ -206,3 +206,51 @@ def test_encode_chat_uses_the_template(tiny_model):
     assert ids.count(start) == 3 and ids.count(end) == 2
     assert tokenizer.decode(ids) == ("<|im_start|>system\nYou fix bugs.<|im_end|>\n"
                                      "<|im_start|>user\ndef f(): pass<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_without_logprobs_the_same_tokens(tiny_model, eos_id, prompts, temperature):
+    """`logprobs=False` (what rollouts ask for) changes no token; greedy then skips the
+    vocabulary log-softmax and reports no log-probabilities."""
+    model, tokenizer = tiny_model
+    biased = EosBias(model, eos_id, 3.0)
+    kwargs = dict(group_size=2, max_tokens=MAX_TOKENS, temperature=temperature, seed=5, batch_size=3)
+    with_lp = sample(biased, tokenizer, prompts, **kwargs)
+    without = sample(biased, tokenizer, prompts, logprobs=False, **kwargs)
+    pairs = [(a, b) for ga, gb in zip(with_lp.groups, without.groups) for a, b in zip(ga, gb)]
+    assert [a.token_ids for a, _ in pairs] == [b.token_ids for _, b in pairs]
+    assert [a.truncated for a, _ in pairs] == [b.truncated for _, b in pairs]
+    assert all(len(a.logprobs) == a.num_tokens for a, _ in pairs)
+    if temperature == 0:
+        assert all(b.logprobs == [] for _, b in pairs)
+
+
+def test_prompts_are_prefilled_as_they_join_and_released(tiny_model, monkeypatch, prompts):
+    """A prompt's KV cache is made when its first completion joins the batch and dropped once
+    its last one has: a long run never holds every prompt's cache."""
+    import gc
+    import weakref
+
+    from mlx_swe_rl.models import sampling
+
+    model, tokenizer = tiny_model
+    made, real_prefill = [], sampling.prefill
+
+    def recording_prefill(model_, prompt):
+        cache = real_prefill(model_, prompt)
+        made.append(weakref.ref(cache[0]))
+        return cache
+
+    monkeypatch.setattr(sampling, "prefill", recording_prefill)
+    stats = sampling.SampleStats()
+    cache_for = sampling._prefix_caches(model, prompts, [0, 0, 0, 1, 1], True, stats)
+    first = cache_for(0)
+    assert len(made) == 1 and cache_for(1) is first  # shared, and prompt 1 not prefilled yet
+    cache_for(2)
+    del first
+    gc.collect()
+    assert made[0]() is None  # prompt 0's last completion took it: nothing holds it any more
+    cache_for(3)
+    assert len(made) == 2 and stats.prefill_seconds > 0
+    unshared = sampling._prefix_caches(model, prompts, [0, 0], False, stats)
+    assert unshared(0) is not unshared(1) and len(made) == 4

@@ -13,18 +13,21 @@ float's exponent bits. Relative error < 1e-7 on [-87, 88]; inputs below -87 give
 rather than 0, inputs above 88 give exp(88).
 
 `install()` points mlx-lm's Llama and Qwen2 MLPs at `swiglu` here, and their attention at
-`decode_attention` (which handles decode steps itself and passes everything else on). It is on by default only
-where it pays (the CPU device on x86-64); on Apple Silicon and GPUs MLX's own kernels are
-used. `MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off. Attention over training-length
-queries and the vocabulary log-softmax were tried too and lost to MLX's single fused
-primitives (slower, or several times the memory), so they are left alone; see bench/NOTES.md.
+`decode_attention` (which handles decode steps, and prompt prefills inside `inference()`,
+itself and passes everything else on). It is on by default only where it pays (the CPU
+device on x86-64); on Apple Silicon and GPUs MLX's own kernels are used.
+`MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off. Attention over training-length queries
+that are differentiated, and the vocabulary log-softmax, were tried too and lost to MLX's
+single fused primitives (slower, or several times the memory), so they are left alone; see
+bench/NOTES.md.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import mlx.core as mx
 
@@ -102,29 +105,53 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return _swiglu(gate, up)
 
 
+_inference = 0  # depth of open `inference()` blocks
+
+
+@contextmanager
+def inference() -> Iterator[None]:
+    """Forward passes built inside this block are never differentiated, so `decode_attention`
+    may also take their multi-query attention (a prompt's prefill): there the composite is
+    2-2.5x faster than MLX's fused kernel, but its backward at training shapes is slower and
+    stores the scores."""
+    global _inference
+    _inference += 1
+    try:
+        yield
+    finally:
+        _inference -= 1
+
+
 def decode_attention(queries: mx.array, keys: mx.array, values: mx.array, cache: Any, scale: float,
                      mask: Any, sinks: Any = None) -> mx.array:
-    """mlx-lm's `scaled_dot_product_attention` for a decode step (one query per sequence):
-    grouped-query attention as two batched matmuls and a softmax on `fast_exp`. MLX's fused
-    CPU kernel spends most of a batched decode step in its exp (measured at batch 64 and a
-    256-token cache: 5.9 ms per layer fused, 3.1 ms this way). Prefill, training-length
-    queries, quantized caches, sinks, head-dependent masks and other dtypes take mlx-lm's path."""
+    """mlx-lm's `scaled_dot_product_attention` for decode steps (one query per sequence) and,
+    inside `inference()`, for whole prompts: grouped-query attention as two batched matmuls
+    and a softmax on `fast_exp`. MLX's fused CPU kernel spends most of its time in its exp
+    (measured at batch 64 and a 256-token cache: 5.9 ms per layer fused, 3.1 ms this way; a
+    181-token prefill: 3.6 vs 1.4 ms). Training-length queries, quantized caches, sinks,
+    head-dependent masks and other dtypes take mlx-lm's path."""
     from mlx_lm.models.base import scaled_dot_product_attention
 
     n, heads, length, dim = queries.shape
-    kv_heads = keys.shape[1]
-    mask_ok = mask is None or isinstance(mask, str) or (mask.ndim == 4 and mask.shape[1] == 1)
-    if (length != 1 or sinks is not None or hasattr(cache, "bits") or not mask_ok
+    kv_heads, span = keys.shape[1], keys.shape[2]
+    mask_ok = mask is None or isinstance(mask, str) or mask.ndim == 2 or (mask.ndim == 4 and mask.shape[1] == 1)
+    if ((length != 1 and not _inference) or sinks is not None or hasattr(cache, "bits") or not mask_ok
             or queries.dtype != mx.float32 or keys.dtype != mx.float32):
         return scaled_dot_product_attention(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
-    q = queries.reshape(n, kv_heads, heads // kv_heads, dim)  # the query heads that share a KV head
-    scores = (q @ keys.swapaxes(-1, -2)) * scale
-    if mask is not None and not isinstance(mask, str):  # "causal" masks nothing for a single query
-        mask = mask.reshape(mask.shape[0], 1, 1, mask.shape[-1])
+    group = heads // kv_heads  # the query heads that share a KV head, batched together
+    q = queries.reshape(n, kv_heads, group * length, dim)
+    scores = ((q @ keys.swapaxes(-1, -2)) * scale).reshape(n, kv_heads, group, length, span)
+    if isinstance(mask, str):
+        if length > 1:  # causal: query i sits at position span - length + i of the keys
+            mask = mx.arange(span)[None] <= mx.arange(span - length, span)[:, None]
+        else:
+            mask = None  # a single query sees every key
+    if mask is not None:
+        mask = mask[:, :, None] if mask.ndim == 4 else mask  # [n, 1, L, S] -> [n, 1, 1, L, S]: all heads
         scores = mx.where(mask, scores, -1e30) if mask.dtype == mx.bool_ else scores + mask
     weights = fast_exp(scores - scores.max(axis=-1, keepdims=True))
     weights = weights / weights.sum(axis=-1, keepdims=True)
-    return (weights @ values).reshape(n, heads, 1, dim)
+    return (weights.reshape(n, kv_heads, group * length, span) @ values).reshape(n, heads, length, dim)
 
 
 # --- wiring into mlx-lm ------------------------------------------------------------------------

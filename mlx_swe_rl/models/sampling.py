@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
@@ -23,7 +23,8 @@ class Sample:
 
     `token_ids` are the sampled ids exactly (never re-encoded), ending with the EOS token when
     the model stopped by itself; `text` is their decoding without that EOS. `logprobs[i]` is
-    log p(token_ids[i]) under the sampling model at temperature 1, as mlx-lm reports it.
+    log p(token_ids[i]) under the sampling model at temperature 1, as mlx-lm reports it (empty
+    when greedy sampling was asked not to compute them).
     """
 
     prompt_index: int
@@ -44,6 +45,7 @@ class SampleStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    prefill_seconds: float = 0.0  # part of `seconds`
     peak_memory_gb: float = 0.0
     completions: int = 0
     truncated: int = 0
@@ -88,15 +90,18 @@ def sample(
     seed: int | None = 0,
     batch_size: int = 32,
     share_prefix: bool = True,
+    logprobs: bool = True,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
     """Sample `group_size` completions for every prompt (token-id lists) in one batched run.
 
     With `share_prefix` (and G > 1) each prompt is prefilled once and its KV cache is reused
-    by its G completions, instead of G identical prefills. Reproducible for a given seed,
-    model, prompt list and batch size. At temperature 0 the decode is greedy (all members of
-    a group are then identical).
+    by its G completions, instead of G identical prefills. A prompt is prefilled when its first
+    completion joins the batch, so only the prompts being decoded hold a cache. Reproducible
+    for a given seed, model, prompt list and batch size. At temperature 0 the decode is greedy
+    (all members of a group are then identical); there `logprobs=False` skips the vocabulary
+    log-softmax of every step (the same tokens, about a tenth of a decode step saved).
     """
     if group_size < 1 or max_tokens < 1:
         raise ValueError("group_size and max_tokens must be at least 1")
@@ -107,15 +112,12 @@ def sample(
     stats = SampleStats(prompt_tokens=group_size * sum(len(p) for p in prompts), completions=len(owner))
     start = time.perf_counter()  # prefill counts as sampling time
     mx.reset_peak_memory()
-    if share_prefix and group_size > 1:
-        shared = [prefill(model, list(p)) for p in prompts]
-        caches = [shared[i] for i in owner]  # merging copies a cache, so one can seed several rows
-    else:
-        caches = [prefill(model, list(prompts[i])) for i in owner]
+    cache_for = _prefix_caches(model, prompts, owner, share_prefix and group_size > 1, stats)
     bar = _progress_bar(len(owner), desc) if progress else None
     try:
-        tokens, logprobs = decode(model, caches, [prompts[i][-1] for i in owner], eos,
-                                  make_sampler_fn(temperature, top_p), max_tokens, batch_size, stats, bar, start)
+        tokens, token_logprobs = decode(model, cache_for, [prompts[i][-1] for i in owner], eos,
+                                        make_sampler_fn(temperature, top_p), max_tokens, batch_size, stats, bar,
+                                        start, normalise=logprobs or temperature > 0)
     finally:
         if bar is not None:
             bar.close()
@@ -123,7 +125,7 @@ def sample(
     stats.peak_memory_gb = mx.get_peak_memory() / 1e9
 
     groups: list[list[Sample]] = [[] for _ in prompts]
-    for ids, lps, prompt_index in zip(tokens, logprobs, owner):
+    for ids, lps, prompt_index in zip(tokens, token_logprobs, owner):
         # A completion stopped by itself when its last token is an EOS (also when that EOS
         # came exactly at max_tokens); otherwise it was cut off.
         stopped = bool(ids) and ids[-1] in eos
@@ -139,11 +141,37 @@ def prefill(model: Any, prompt: list[int]) -> list[Any]:
     Batch merging copies caches, so one cache can seed several sequences."""
     from mlx_lm.models.cache import make_prompt_cache
 
+    from . import fastmath
+
     cache = make_prompt_cache(model)
     if len(prompt) > 1:
-        model(mx.array(prompt[:-1])[None], cache=cache)
+        with fastmath.inference():  # never differentiated: the fast prompt attention may run
+            model(mx.array(prompt[:-1])[None], cache=cache)
         mx.eval([c.state for c in cache])
     return cache
+
+
+def _prefix_caches(model: Any, prompts: Sequence[list[int]], owner: list[int], share: bool,
+                   stats: SampleStats) -> Callable[[int], list[Any]]:
+    """A function giving sequence i's prefix cache (sequence i completes prompt `owner[i]`),
+    prefilled when asked for. Shared: one prefill per prompt, kept only until the prompt's
+    last sequence has taken it (sequences are asked for in order), so a run over hundreds of
+    prompts never holds all their caches at once."""
+    last = {prompt: i for i, prompt in enumerate(owner)}
+    held: dict[int, list[Any]] = {}
+
+    def cache_for(i: int) -> list[Any]:
+        prompt = owner[i]
+        start = time.perf_counter()
+        cache = held.get(prompt) or prefill(model, list(prompts[prompt]))
+        stats.prefill_seconds += time.perf_counter() - start
+        if share and last[prompt] != i:
+            held[prompt] = cache
+        else:
+            held.pop(prompt, None)
+        return cache
+
+    return cache_for
 
 
 def log_softmax(logits: mx.array) -> mx.array:
@@ -157,30 +185,34 @@ def log_softmax(logits: mx.array) -> mx.array:
     return logits - (top + mx.log(fastmath.fast_exp(logits - top).sum(axis=-1, keepdims=True)))
 
 
-def decode(model: Any, caches: list[list[Any]], first_tokens: list[int], eos: set[int], sampler: Any,
-           max_tokens: int, batch_size: int, stats: SampleStats, bar: Any = None,
-           start: float = 0.0) -> tuple[list[list[int]], list[list[float]]]:
-    """Continuous batched decoding: sequence i starts from its prefix cache `caches[i]` with
-    `first_tokens[i]` as input, and runs until an EOS or `max_tokens`. Returns each sequence's
-    token ids and their log-probabilities (temperature 1, as mlx-lm reports them).
+def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list[int], eos: set[int],
+           sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats, bar: Any = None,
+           start: float = 0.0, normalise: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+    """Continuous batched decoding: sequence i starts from its prefix cache `cache_for(i)` (asked
+    for when it joins, in order) with `first_tokens[i]` as input, and runs until an EOS or
+    `max_tokens`. Returns each sequence's token ids and their log-probabilities (temperature 1,
+    as mlx-lm reports them). With `normalise` False the sampler gets the raw logits and no
+    log-probabilities are returned (for an argmax sampler: the same tokens, one vocabulary
+    log-softmax per step less).
 
     Up to `batch_size` sequences decode together in one batched cache. A finished row keeps its
     slot (its tokens are ignored) until an eighth of the batch has finished: dropping rows
     copies the whole cache, so it is done in bulk; new sequences join when a quarter of the
     slots are free."""
-    pending = list(range(len(caches)))[::-1]  # popped from the end: sequences start in order
+    pending = list(range(len(first_tokens)))[::-1]  # popped from the end: sequences start in order
     rows: list[int] = []  # sequence index of each batch row
     done: set[int] = set()
     cache: list[Any] = []
     inputs = mx.array([], dtype=mx.uint32)
-    tokens: list[list[int]] = [[] for _ in caches]
-    logprobs: list[list[float]] = [[] for _ in caches]
+    tokens: list[list[int]] = [[] for _ in first_tokens]
+    logprobs: list[list[float]] = [[] for _ in first_tokens]
     running = 0  # rows still decoding
     while pending or running:
         if pending and batch_size - running >= max(1, batch_size // 4):
             cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
             new = [pending.pop() for _ in range(min(batch_size - len(rows), len(pending)))]
-            joined = [type(layer).merge([caches[i][n] for i in new]) for n, layer in enumerate(caches[new[0]])]
+            prefixes = [cache_for(i) for i in new]
+            joined = [type(layer).merge([prefix[n] for prefix in prefixes]) for n, layer in enumerate(prefixes[0])]
             if cache:
                 for layer, extra in zip(cache, joined):
                     layer.extend(extra)  # in place: the new rows go below the running ones
@@ -190,16 +222,18 @@ def decode(model: Any, caches: list[list[Any]], first_tokens: list[int], eos: se
             rows += new
             running += len(new)
         logits = model(inputs[:, None], cache=cache)[:, -1, :]
-        normalised = log_softmax(logits)
-        inputs = sampler(normalised).astype(mx.uint32)
-        chosen = mx.take_along_axis(normalised, inputs[:, None], axis=-1)[:, 0]
+        if normalise:
+            logits = log_softmax(logits)
+        inputs = sampler(logits).astype(mx.uint32)
+        chosen = mx.take_along_axis(logits, inputs[:, None], axis=-1)[:, 0] if normalise else inputs
         mx.eval(inputs, chosen)  # one host sync per step
         for row, (token, lp) in enumerate(zip(inputs.tolist(), chosen.tolist())):
             seq = rows[row]
             if seq in done:
                 continue
             tokens[seq].append(token)
-            logprobs[seq].append(lp)
+            if normalise:
+                logprobs[seq].append(lp)
             stats.generated_tokens += 1
             if token in eos or len(tokens[seq]) >= max_tokens:
                 done.add(seq)

@@ -75,7 +75,7 @@ def collect_rollouts(
     prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
     result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-                    progress=progress, desc=desc)
+                    logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
     flat = [(p, s) for p, group in zip(puzzles, result.groups) for s in group]
     start = time.perf_counter()
     scored = env.score([(p.id, s.text) for p, s in flat])
