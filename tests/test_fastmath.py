@@ -143,6 +143,25 @@ def test_trainer_log_probs_agree_with_and_without_the_fast_path(tiny_model):
         close(a, b, 1e-5)
 
 
+def test_no_grad_log_probs_on_the_fast_attention_agree(tiny_model):
+    """The reference pass (`no_grad_log_probs`, inside `inference()`) gives the log-probs of
+    the differentiated forward."""
+    from mlx_swe_rl.rl.policy import GroupBatch, group_log_probs
+    from mlx_swe_rl.rl.trainer import no_grad_log_probs
+
+    model, _ = tiny_model
+    batch = GroupBatch.build(list(range(5, 30)), [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17]])
+    calls = []
+    real_fast_exp = fastmath.fast_exp
+    try:
+        fastmath.fast_exp = lambda x: calls.append(x.shape) or real_fast_exp(x)
+        fast = no_grad_log_probs(model, batch)
+        assert any(len(shape) == 5 and shape[-2] > 1 for shape in calls)  # prompt-length queries took it
+    finally:
+        fastmath.fast_exp = real_fast_exp
+    close(fast, group_log_probs(model, batch)[0], 1e-5)
+
+
 @pytest.mark.parametrize("mask", ["causal", "bool", "additive", "2d"])
 def test_prompt_attention_inside_inference_matches_mlx_lm(mask):
     """Several queries per sequence (a prefill, here after 6 cached tokens) take the fast path

@@ -23,6 +23,12 @@ def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
     assert mx.abs(plain - grouped).max().item() < 1e-5
     assert mx.abs(plain_entropy - grouped_entropy).max().item() < 1e-5
     assert (grouped[1, 2:] == 0).all().item()  # padding positions carry nothing
+    # entropy against -sum p log p from one full forward of prompt + completion
+    for row, completion in enumerate(completions):
+        logits = model(mx.array([prompt + completion]))[0, len(prompt) - 1:len(prompt) - 1 + len(completion)]
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        expected = -(mx.exp(logp) * logp).sum(-1)
+        assert mx.abs(grouped_entropy[row, :len(completion)] - expected).max().item() < 1e-4
 
     advantages = mx.array([1.0, -0.5, 0.3, 2.0])
 

@@ -44,6 +44,7 @@ from ..puzzles.format import Puzzle
 from ..runfiles import run_metadata, write_json_atomic
 from .rollouts import RolloutBatch, collect_rollouts
 from .stats import compare_reports, format_changes
+from ..models import fastmath
 from ..models.sampling import SampleStats
 
 
@@ -184,7 +185,8 @@ def no_grad_log_probs(model: nn.Module, batch: GroupBatch) -> mx.array:
     """Training-style forward (eval mode: no dropout) without gradient."""
     was_training = model.training
     model.eval()
-    logp, _ = group_log_probs(model, batch)
+    with fastmath.inference():  # never differentiated: the fast prompt-length attention may run
+        logp, _ = group_log_probs(model, batch)
     logp = mx.stop_gradient(logp)
     mx.eval(logp)
     if was_training:
