@@ -24,6 +24,9 @@ from mlx_swe_rl.models.sampling import encode_chat
 from mlx_swe_rl.sandbox.scorer import Scorer
 from mlx_swe_rl.rl.trainer import build_policy, make_optimizer, run_step
 
+# W1's targets: 1.9x ahead of TRL 1.16's 34-35 s measured back to back (issue "Throughput").
+TARGETS = {"step_s": 18, "peak_memory_gb": 2}
+
 
 @click.command()
 @click.option("--model", "model_spec", default="smollm2-135m", show_default=True)
@@ -72,11 +75,13 @@ def main(model_spec: str, steps: int, out: Path) -> None:
                "forwards = 2 FLOPs per weight per token / GEMM peak; backward (frozen weights: input "
                "gradients only) = one more forward")
     warn_below_floor([(f"phase '{r['phase']}'", r["median"], r["floor"]) for r in rows if r.get("floor")], click.echo)
-    met = phases_median(phases)["whole step"] <= 25 and peak <= 2
-    click.echo(f"targets (issue W1): step <= 25 s, peak memory <= 2 GB: {'met' if met else 'not met'}")
+    step = phases_median(phases)["whole step"]
+    met = step <= TARGETS["step_s"] and peak <= TARGETS["peak_memory_gb"]
+    click.echo(f"targets (issue Throughput): step <= {TARGETS['step_s']} s, peak memory <= "
+               f"{TARGETS['peak_memory_gb']} GB: {'met' if met else 'not met'}")
     write_result(out, {"model": model_spec, "prompt": puzzle.id, "prompt_tokens": lengths_of[puzzle.id],
                        "phases_median_s": phases_median(phases), "floors_s": floors, "peak_memory_gb": peak,
-                       "targets": {"step_s": 25, "peak_memory_gb": 2}, "met": met, "records": records,
+                       "targets": TARGETS, "met": met, "records": records,
                        "completion_tokens": timed_lengths, "machine": info})
 
 

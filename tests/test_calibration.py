@@ -268,4 +268,5 @@ def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds):
         assert len(r["rewards"]) == len(r["advantages"]) == len(r["completions"]) == r["samples"]
         assert r["solve_rate"] == r["solved"] / r["samples"]
     assert report["timing"]["completions"] == sum(r["samples"] for r in rows.values())
+    assert 0 < report["timing"]["prefill_seconds"] < report["timing"]["sampling_seconds"]
     assert report["settings"]["rounds"] == rounds

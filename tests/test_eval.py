@@ -117,6 +117,7 @@ def test_eval_command_writes_report(greedy_run, easy_ids, tiny_model_dir):
     assert report["settings"] == {"samples": 1, "temperature": 0.0, "max_tokens": 8, "seed": 0}
     assert report["timing"]["generated_tokens"] == sum(
         c["num_tokens"] for r in report["puzzles"] for c in r["completions"])
+    assert 0 < report["timing"]["prefill_seconds"] < report["timing"]["sampling_seconds"]
 
     rows = report["puzzles"]
     assert len(rows) == len(easy_ids) == 18

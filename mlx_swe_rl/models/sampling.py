@@ -225,6 +225,7 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
         if normalise:
             logits = log_softmax(logits)
         inputs = sampler(logits).astype(mx.uint32)
+        # without log-probs `chosen` only stands in for them in the loop below, never stored
         chosen = mx.take_along_axis(logits, inputs[:, None], axis=-1)[:, 0] if normalise else inputs
         mx.eval(inputs, chosen)  # one host sync per step
         for row, (token, lp) in enumerate(zip(inputs.tolist(), chosen.tolist())):

@@ -61,7 +61,8 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     return {
         "settings": {"group_size": group_size, "temperature": temperature, "max_tokens": max_tokens,
                      "seed": seed, "advantage": advantage, "rounds": rounds},
-        "timing": {"sampling_seconds": stats.seconds, "generated_tokens": stats.generated_tokens,
+        "timing": {"sampling_seconds": stats.seconds, "prefill_seconds": stats.prefill_seconds,
+                   "generated_tokens": stats.generated_tokens,
                    "tokens_per_second": stats.tokens_per_second, "peak_memory_gb": stats.peak_memory_gb,
                    "completions": stats.completions},
         "categories": dict(Counter(row["category"] for row in rows)),
@@ -74,6 +75,7 @@ def add_stats(total: SampleStats, part: SampleStats) -> None:
     total.prompt_tokens += part.prompt_tokens
     total.generated_tokens += part.generated_tokens
     total.seconds += part.seconds
+    total.prefill_seconds += part.prefill_seconds
     total.completions += part.completions
     total.truncated += part.truncated
     total.peak_memory_gb = max(total.peak_memory_gb, part.peak_memory_gb)

@@ -54,6 +54,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     return {
         "settings": {"samples": samples, "temperature": temperature, "max_tokens": max_tokens, "seed": seed},
         "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
+                   "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens, "tokens_per_second": stats.tokens_per_second,
                    "peak_memory_gb": stats.peak_memory_gb},
         "totals": totals(rows, samples),
