@@ -55,7 +55,8 @@ def main(model_spec: str, n_puzzles: int, batch: int, max_tokens: int, repeats: 
 
     info, ceilings, counts = machine(), measure_ceilings(), model_counts(model)
     generated = sum(n for _, n in lengths)
-    prefill_floor = ceilings.floor_seconds(sum(counts.forward_flops(p - 1, 0) for p, _ in lengths), counts.total_bytes)
+    prefill_floor = ceilings.floor_seconds(sum(counts.forward_flops(p - 1, 0) for p, _ in lengths),
+                                           len(lengths) * counts.total_bytes)  # one prefill per prompt (G = 1)
     steps = max(math.ceil(generated / batch), max(n for _, n in lengths))
     kv_reads = counts.kv_bytes_per_token * sum(n * p + n * (n - 1) / 2 for p, n in lengths)
     decode_floor = ceilings.floor_seconds(counts.forward_flops(generated, generated),
