@@ -245,8 +245,10 @@ class ScriptedEnv:
         return out
 
 
-@pytest.mark.parametrize("rounds", [1, 2, 4])
-def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds):
+@pytest.mark.parametrize("rounds,batch_size", [(1, 32), (2, 32), (4, 32), (2, 3), (4, 2)])
+def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds, batch_size):
+    """Small batches interleave one puzzle's later rounds with other puzzles' earlier ones
+    (one continuous batch); the stopping rule is the same."""
     from mlx_swe_rl.rl.calibration import calibrate
 
     model, tokenizer = tiny_model
@@ -254,7 +256,7 @@ def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds):
     puzzles = [p for p in load_puzzles(tiers=["easy"])[:5]]
     env = ScriptedEnv({p.id: script for p, script in zip(puzzles, scripts.values())})
     report = calibrate(model, tokenizer, env, puzzles, group_size=4, temperature=0.8, max_tokens=4,
-                       rounds=rounds, progress=False)
+                       rounds=rounds, batch_size=batch_size, progress=False)
     rows = {row["id"]: row for row in report["puzzles"]}
     by_script = {name: rows[p.id] for name, p in zip(scripts, puzzles)}
     # The same category as from all four samples, however many rounds.

@@ -254,3 +254,29 @@ def test_prompts_are_prefilled_as_they_join_and_released(tiny_model, monkeypatch
     assert len(made) == 2 and stats.prefill_seconds > 0
     unshared = sampling._prefix_caches(model, prompts, [0, 0], False, stats)
     assert unshared(0) is not unshared(1) and len(made) == 4
+
+
+def test_gate_defers_and_skips_prompts_and_sizes_per_prompt(tiny_model, eos_id, prompts):
+    """`gate` can hold a prompt back until other completions finish (None), skip it (False),
+    or let it run (True); `group_size` can differ per prompt; `on_sample` sees every completion
+    as it finishes."""
+    model, tokenizer = tiny_model
+    biased = EosBias(model, eos_id, 3.0)
+    seen, asked = [], []
+
+    def gate(p):
+        asked.append(p)
+        if p == 2:  # only once all of prompt 0's completions are done
+            return True if sum(s.prompt_index == 0 for s in seen) == 3 else None
+        return p != 1
+
+    result = sample(biased, tokenizer, prompts[:3], group_size=[3, 2, 2], max_tokens=MAX_TOKENS, temperature=0.0,
+                    batch_size=4, gate=gate, on_sample=seen.append)
+    assert [len(g) for g in result.groups] == [3, 0, 2]
+    assert asked.count(2) > 1  # it was held back at least once
+    assert sorted(id(s) for s in seen) == sorted(id(s) for g in result.groups for s in g)
+    assert result.stats.completions == 5
+    alone = sample(biased, tokenizer, [prompts[2]], group_size=1, max_tokens=MAX_TOKENS, temperature=0.0)
+    assert [s.token_ids for s in result.groups[2]] == [alone.groups[0][0].token_ids] * 2
+    with pytest.raises(RuntimeError, match="stalled"):
+        sample(biased, tokenizer, prompts[:2], max_tokens=4, gate=lambda p: None if p else True)

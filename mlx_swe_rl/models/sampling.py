@@ -83,7 +83,7 @@ def sample(
     tokenizer: Any,
     prompts: Sequence[list[int]],
     *,
-    group_size: int = 1,
+    group_size: int | Sequence[int] = 1,
     max_tokens: int = 256,
     temperature: float = 0.0,
     top_p: float = 1.0,
@@ -91,6 +91,8 @@ def sample(
     batch_size: int = 32,
     share_prefix: bool = True,
     logprobs: bool = True,
+    gate: Callable[[int], bool | None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
@@ -102,22 +104,52 @@ def sample(
     for a given seed, model, prompt list and batch size. At temperature 0 the decode is greedy
     (all members of a group are then identical); there `logprobs=False` skips the vocabulary
     log-softmax of every step (the same tokens, about a tenth of a decode step saved).
+
+    `group_size` may also give each prompt its own count. `gate(p)`, when given, is asked
+    before prompt p's first completion joins the batch: True decodes the prompt, False skips it
+    (its group comes back empty), None asks again at a later refill while other completions
+    decode (at least one running completion must be able to settle it). `on_sample` is called
+    with each completion as it finishes. Together they let a caller decide on more samples of
+    a prompt from its finished ones without ever draining the batch.
     """
-    if group_size < 1 or max_tokens < 1:
-        raise ValueError("group_size and max_tokens must be at least 1")
+    sizes = [group_size] * len(prompts) if isinstance(group_size, int) else list(group_size)
+    if len(sizes) != len(prompts) or min(sizes, default=1) < 1 or max_tokens < 1:
+        raise ValueError("group_size (one per prompt, or one for all) and max_tokens must be at least 1")
     if seed is not None:
         mx.random.seed(seed)
     eos = set(tokenizer.eos_token_ids)
-    owner = [i for i in range(len(prompts)) for _ in range(group_size)]
-    stats = SampleStats(prompt_tokens=group_size * sum(len(p) for p in prompts), completions=len(owner))
+    owner = [i for i, size in enumerate(sizes) for _ in range(size)]
+    stats = SampleStats()
     start = time.perf_counter()  # prefill counts as sampling time
     mx.reset_peak_memory()
-    cache_for = _prefix_caches(model, prompts, owner, share_prefix and group_size > 1, stats)
+    cache_for = _prefix_caches(model, prompts, owner, share_prefix, stats)
+    made: list[Sample | None] = [None] * len(owner)
+
+    def finish(seq: int, ids: list[int], lps: list[float]) -> None:
+        # A completion stopped by itself when its last token is an EOS (also when that EOS
+        # came exactly at max_tokens); otherwise it was cut off.
+        stopped = bool(ids) and ids[-1] in eos
+        text_ids = ids[:-1] if stopped else ids
+        made[seq] = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, truncated=not stopped)
+        if on_sample is not None:
+            on_sample(made[seq])
+
+    decided: dict[int, bool] = {}  # gate verdicts, per prompt
+
+    def ready(seq: int) -> bool | None:
+        prompt = owner[seq]
+        if prompt not in decided:
+            verdict = True if gate is None else gate(prompt)
+            if verdict is None:
+                return None
+            decided[prompt] = verdict
+        return decided[prompt]
+
     bar = _progress_bar(len(owner), desc) if progress else None
     try:
-        tokens, token_logprobs = decode(model, cache_for, [prompts[i][-1] for i in owner], eos,
-                                        make_sampler_fn(temperature, top_p), max_tokens, batch_size, stats, bar,
-                                        start, normalise=logprobs or temperature > 0)
+        decode(model, cache_for, [prompts[i][-1] for i in owner], eos, make_sampler_fn(temperature, top_p),
+               max_tokens, batch_size, stats, finish, bar, start, normalise=logprobs or temperature > 0,
+               ready=ready if gate is not None else None)
     finally:
         if bar is not None:
             bar.close()
@@ -125,14 +157,12 @@ def sample(
     stats.peak_memory_gb = mx.get_peak_memory() / 1e9
 
     groups: list[list[Sample]] = [[] for _ in prompts]
-    for ids, lps, prompt_index in zip(tokens, token_logprobs, owner):
-        # A completion stopped by itself when its last token is an EOS (also when that EOS
-        # came exactly at max_tokens); otherwise it was cut off.
-        stopped = bool(ids) and ids[-1] in eos
-        text_ids = ids[:-1] if stopped else ids
-        sample_ = Sample(prompt_index, ids, tokenizer.decode(text_ids), lps, truncated=not stopped)
-        stats.truncated += sample_.truncated
-        groups[prompt_index].append(sample_)
+    for sample_ in made:
+        if sample_ is not None:  # None: its prompt was gated out
+            groups[sample_.prompt_index].append(sample_)
+            stats.completions += 1
+            stats.truncated += sample_.truncated
+            stats.prompt_tokens += len(prompts[sample_.prompt_index])
     return SamplingResult(groups, stats)
 
 
@@ -186,20 +216,21 @@ def log_softmax(logits: mx.array) -> mx.array:
 
 
 def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list[int], eos: set[int],
-           sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats, bar: Any = None,
-           start: float = 0.0, normalise: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+           sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats,
+           on_finish: Callable[[int, list[int], list[float]], None], bar: Any = None, start: float = 0.0,
+           normalise: bool = True, ready: Callable[[int], bool | None] | None = None) -> None:
     """Continuous batched decoding: sequence i starts from its prefix cache `cache_for(i)` (asked
-    for when it joins, in order) with `first_tokens[i]` as input, and runs until an EOS or
-    `max_tokens`. Returns each sequence's token ids and their log-probabilities (temperature 1,
-    as mlx-lm reports them). With `normalise` False the sampler gets the raw logits and no
-    log-probabilities are returned (for an argmax sampler: the same tokens, one vocabulary
+    for when it joins) with `first_tokens[i]` as input, and runs until an EOS or `max_tokens`;
+    then `on_finish(i, token ids, log-probabilities)` gets it (temperature-1 log-probs, as
+    mlx-lm reports them). With `normalise` False the sampler gets the raw logits and no
+    log-probabilities are kept (for an argmax sampler: the same tokens, one vocabulary
     log-softmax per step less).
 
     Up to `batch_size` sequences decode together in one batched cache. A finished row keeps its
     slot (its tokens are ignored) until an eighth of the batch has finished: dropping rows
     copies the whole cache, so it is done in bulk; new sequences join when a quarter of the
-    slots are free."""
-    pending = list(range(len(first_tokens)))[::-1]  # popped from the end: sequences start in order
+    slots are free, in order, each once `ready(i)` says True (False: never; None: not yet)."""
+    pending = list(range(len(first_tokens)))  # in the order they start
     rows: list[int] = []  # sequence index of each batch row
     done: set[int] = set()
     cache: list[Any] = []
@@ -208,9 +239,15 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
     logprobs: list[list[float]] = [[] for _ in first_tokens]
     running = 0  # rows still decoding
     while pending or running:
+        new: list[int] = []
         if pending and batch_size - running >= max(1, batch_size // 4):
+            new, pending = _joining(pending, batch_size - running, ready, bar)
+            if not (new or running):
+                if pending:
+                    raise RuntimeError("sampling stalled: no running completion can settle the waiting prompts")
+                break
+        if new:
             cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
-            new = [pending.pop() for _ in range(min(batch_size - len(rows), len(pending)))]
             prefixes = [cache_for(i) for i in new]
             joined = [type(layer).merge([prefix[n] for prefix in prefixes]) for n, layer in enumerate(prefixes[0])]
             if cache:
@@ -239,6 +276,7 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
             if token in eos or len(tokens[seq]) >= max_tokens:
                 done.add(seq)
                 running -= 1
+                on_finish(seq, tokens[seq], logprobs[seq])
                 if bar is not None:
                     bar.update(1)
         if bar is not None:
@@ -246,7 +284,27 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
             bar.set_postfix(tok_s=f"{rate:.1f}", refresh=False)
         if 8 * (len(rows) - running) >= len(rows):
             cache, inputs, rows = _drop_rows(cache, inputs, rows, done)
-    return tokens, logprobs
+
+
+def _joining(pending: list[int], free: int, ready: Callable[[int], bool | None] | None,
+             bar: Any) -> tuple[list[int], list[int]]:
+    """(sequences that join now, sequences still pending), taking up to `free` ready ones in
+    order; sequences `ready` refuses are dropped (and taken off the progress bar's total)."""
+    if ready is None:
+        return pending[:free], pending[free:]
+    new, waiting = [], []
+    for position, seq in enumerate(pending):
+        if len(new) == free:
+            return new, waiting + pending[position:]
+        verdict = ready(seq)
+        if verdict:
+            new.append(seq)
+        elif verdict is None:
+            waiting.append(seq)
+        elif bar is not None:
+            bar.total -= 1
+            bar.refresh()
+    return new, waiting
 
 
 def _drop_rows(cache: list[Any], inputs: mx.array, rows: list[int],

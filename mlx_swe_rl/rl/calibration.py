@@ -15,8 +15,8 @@ import mlx.core as mx
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
-from ..models.sampling import SampleStats
-from .rollouts import MIXED, category, collect_rollouts
+from ..models.sampling import Sample, encode_chat, sample
+from .rollouts import MIXED, Rollout, category, score_samples
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, group_size: int,
@@ -27,24 +27,50 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     `rounds` > 1 samples G in that many rounds and stops sampling a puzzle once it is mixed: a
     mixed group stays mixed whatever else is drawn, so every puzzle gets the category it would
     get from all G samples (the same decision), for fewer tokens; the solve rate of a puzzle
-    that stopped early is measured on fewer samples (its row's `samples`).
+    that stopped early is measured on fewer samples (its row's `samples`). The rounds share one
+    continuous batch: a puzzle's next round joins as soon as its last one is finished and
+    scored, while other puzzles decode, so no round waits for the slowest completion of all.
     """
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
-    groups: dict[str, list] = {p.id: [] for p in puzzles}
-    stats = SampleStats()
-    pending, round_index = list(puzzles), 0
-    while pending:
-        # Seed each round apart, so a round does not redraw the samples of the last one.
-        round_seed = seed + 1_000_003 * round_index
-        size = min(per_round, group_size - len(groups[pending[0].id]))
-        batch = collect_rollouts(model, tokenizer, env, pending, group_size=size, temperature=temperature,
-                                 max_tokens=max_tokens, seed=round_seed, batch_size=batch_size, progress=progress,
-                                 desc="rollouts" if rounds == 1 else f"rollouts, round {round_index + 1}")
-        for puzzle, group in zip(batch.puzzles, batch.groups):
-            groups[puzzle.id].extend(group)
-        add_stats(stats, batch.stats)
-        pending = [p for p in pending if len(groups[p.id]) < group_size and category(groups[p.id]) != MIXED]
-        round_index += 1
+    sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
+    # Round-major: entry e is round e // P of puzzle e % P, with sizes[e // P] completions.
+    n = len(puzzles)
+    prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
+    finished: dict[int, list[Sample]] = {e: [] for e in range(n * len(sizes))}
+    scored: dict[int, list[Rollout]] = {}  # entries scored so far
+    outcomes: dict[str, list[Rollout]] = {p.id: [] for p in puzzles}
+
+    def score(entries: list[int]) -> None:
+        pairs = [(puzzles[e % n], s) for e in entries for s in finished[e]]
+        rollouts = iter(score_samples(env, pairs))
+        for e in entries:
+            scored[e] = [next(rollouts) for _ in finished[e]]
+            outcomes[puzzles[e % n].id].extend(scored[e])
+
+    stopped: set[int] = set()  # entries gated out: their puzzle was already mixed
+
+    def gate(e: int) -> bool | None:
+        """Decode round r of a puzzle once round r - 1 is done and left it unmixed."""
+        if e < n:
+            return True
+        before = e - n
+        if before not in stopped:
+            if before not in scored:
+                if len(finished[before]) < sizes[before // n]:
+                    return None  # still decoding (it joined: its own gate said True)
+                score([before])
+            if category(outcomes[puzzles[e % n].id]) != MIXED:
+                return True
+        stopped.add(e)
+        return False
+
+    result = sample(model, tokenizer, [prompts[e % n] for e in finished], group_size=[sizes[e // n] for e in finished],
+                    max_tokens=max_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
+                    logprobs=False, gate=gate if len(sizes) > 1 else None,
+                    on_sample=lambda s: finished[s.prompt_index].append(s), progress=progress, desc="rollouts")
+    score([e for e in finished if e not in scored and result.groups[e]])
+    groups = {p.id: [r for e in range(i, len(finished), n) for r in scored.get(e, [])] for i, p in enumerate(puzzles)}
+    stats = result.stats
     rows = []
     for puzzle in puzzles:
         group = groups[puzzle.id]
@@ -68,17 +94,6 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         "categories": dict(Counter(row["category"] for row in rows)),
         "puzzles": rows,
     }
-
-
-def add_stats(total: SampleStats, part: SampleStats) -> None:
-    """Fold the totals of one `sample` call into a running total (peak memory: the maximum)."""
-    total.prompt_tokens += part.prompt_tokens
-    total.generated_tokens += part.generated_tokens
-    total.seconds += part.seconds
-    total.prefill_seconds += part.prefill_seconds
-    total.completions += part.completions
-    total.truncated += part.truncated
-    total.peak_memory_gb = max(total.peak_memory_gb, part.peak_memory_gb)
 
 
 def format_calibration(report: dict[str, Any]) -> str:

@@ -76,16 +76,18 @@ def collect_rollouts(
     result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
-    flat = [(p, s) for p, group in zip(puzzles, result.groups) for s in group]
     start = time.perf_counter()
-    scored = env.score([(p.id, s.text) for p, s in flat])
+    rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
     score_seconds = time.perf_counter() - start
-    rollouts = [
-        Rollout(p.id, s, reward, info["format_ok"] and info["passed"] == info["total"], info)
-        for (p, s), (reward, info) in zip(flat, scored)
-    ]
     groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
     return RolloutBatch(puzzles, prompts, groups, result.stats, score_seconds)
+
+
+def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Rollout]:
+    """Score (puzzle, completion) pairs in one scorer call, as rollouts in the same order."""
+    scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
+    return [Rollout(p.id, s, reward, info["format_ok"] and info["passed"] == info["total"], info)
+            for (p, s), (reward, info) in zip(pairs, scored)]
 
 
 def category(group: list[Rollout]) -> str:
