@@ -227,7 +227,8 @@ def test_without_logprobs_the_same_tokens(tiny_model, eos_id, prompts, temperatu
 
 def test_prompts_are_prefilled_as_they_join_and_released(tiny_model, monkeypatch, prompts):
     """A prompt's KV cache is made when its first completion joins the batch and dropped once
-    its last one has: a long run never holds every prompt's cache."""
+    its last one has taken it or been refused: a long run never holds every prompt's cache.
+    Copies of one prompt share one prefill."""
     import gc
     import weakref
 
@@ -243,17 +244,19 @@ def test_prompts_are_prefilled_as_they_join_and_released(tiny_model, monkeypatch
 
     monkeypatch.setattr(sampling, "prefill", recording_prefill)
     stats = sampling.SampleStats()
-    cache_for = sampling._prefix_caches(model, prompts, [0, 0, 0, 1, 1], True, stats)
-    first = cache_for(0)
-    assert len(made) == 1 and cache_for(1) is first  # shared, and prompt 1 not prefilled yet
-    cache_for(2)
+    caches = sampling.PrefixCaches(model, [prompts[0], prompts[1], prompts[0]], [0, 0, 1, 1, 2], True, stats)
+    first = caches.take(0)
+    assert len(made) == 1 and caches.take(1) is first  # shared, and prompt 1 not prefilled yet
+    assert caches.take(4) is first  # prompt 2 is prompt 0 again
     del first
     gc.collect()
-    assert made[0]() is None  # prompt 0's last completion took it: nothing holds it any more
-    cache_for(3)
-    assert len(made) == 2 and stats.prefill_seconds > 0
-    unshared = sampling._prefix_caches(model, prompts, [0, 0], False, stats)
-    assert unshared(0) is not unshared(1) and len(made) == 4
+    assert made[0]() is None  # every sequence of that prompt took it: nothing holds it any more
+    caches.take(2)
+    caches.refuse(3)
+    gc.collect()
+    assert len(made) == 2 and made[1]() is None and stats.prefill_seconds > 0
+    unshared = sampling.PrefixCaches(model, prompts, [0, 0], False, stats)
+    assert unshared.take(0) is not unshared.take(1) and len(made) == 4
 
 
 def test_gate_defers_and_skips_prompts_and_sizes_per_prompt(tiny_model, eos_id, prompts):

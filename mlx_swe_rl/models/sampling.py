@@ -99,8 +99,9 @@ def sample(
     """Sample `group_size` completions for every prompt (token-id lists) in one batched run.
 
     With `share_prefix` (and G > 1) each prompt is prefilled once and its KV cache is reused
-    by its G completions, instead of G identical prefills. A prompt is prefilled when its first
-    completion joins the batch, so only the prompts being decoded hold a cache. Reproducible
+    by its G completions (and by every other copy of the same prompt), instead of G identical
+    prefills. A prompt is prefilled when its first completion joins the batch, so only the
+    prompts being decoded hold a cache. Reproducible
     for a given seed, model, prompt list and batch size. At temperature 0 the decode is greedy
     (all members of a group are then identical); there `logprobs=False` skips the vocabulary
     log-softmax of every step (the same tokens, about a tenth of a decode step saved).
@@ -122,7 +123,7 @@ def sample(
     stats = SampleStats()
     start = time.perf_counter()  # prefill counts as sampling time
     mx.reset_peak_memory()
-    cache_for = _prefix_caches(model, prompts, owner, share_prefix, stats)
+    caches = PrefixCaches(model, prompts, owner, share_prefix, stats)
     made: list[Sample | None] = [None] * len(owner)
 
     def finish(seq: int, ids: list[int], lps: list[float]) -> None:
@@ -143,11 +144,13 @@ def sample(
             if verdict is None:
                 return None
             decided[prompt] = verdict
+        if not decided[prompt]:
+            caches.refuse(seq)
         return decided[prompt]
 
     bar = _progress_bar(len(owner), desc) if progress else None
     try:
-        decode(model, cache_for, [prompts[i][-1] for i in owner], eos, make_sampler_fn(temperature, top_p),
+        decode(model, caches.take, [prompts[i][-1] for i in owner], eos, make_sampler_fn(temperature, top_p),
                max_tokens, batch_size, stats, finish, bar, start, normalise=logprobs or temperature > 0,
                ready=ready if gate is not None else None)
     finally:
@@ -181,27 +184,44 @@ def prefill(model: Any, prompt: list[int]) -> list[Any]:
     return cache
 
 
-def _prefix_caches(model: Any, prompts: Sequence[list[int]], owner: list[int], share: bool,
-                   stats: SampleStats) -> Callable[[int], list[Any]]:
-    """A function giving sequence i's prefix cache (sequence i completes prompt `owner[i]`),
-    prefilled when asked for. Shared: one prefill per prompt, kept only until the prompt's
-    last sequence has taken it (sequences are asked for in order), so a run over hundreds of
+@dataclass
+class PrefixCaches:
+    """Prefix caches for the sequences of a run (sequence i completes prompt `owner[i]`),
+    prefilled when a sequence takes one. Shared: one prefill per distinct prompt (a prompt that
+    appears several times, like a puzzle's calibration rounds, is prefilled once), kept only
+    until every sequence of that prompt has taken it or been refused, so a run over hundreds of
     prompts never holds all their caches at once."""
-    last = {prompt: i for i, prompt in enumerate(owner)}
-    held: dict[int, list[Any]] = {}
 
-    def cache_for(i: int) -> list[Any]:
-        prompt = owner[i]
+    model: Any
+    prompts: Sequence[list[int]]
+    owner: list[int]
+    share: bool
+    stats: SampleStats
+    held: dict[tuple[int, ...], list[Any]] = field(default_factory=dict)
+    remaining: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for prompt in self.owner:
+            key = tuple(self.prompts[prompt])
+            self.remaining[key] = self.remaining.get(key, 0) + 1
+
+    def take(self, i: int) -> list[Any]:
+        """Sequence i's prefix cache (batch merging copies it, so one cache seeds many rows)."""
+        key = tuple(self.prompts[self.owner[i]])
         start = time.perf_counter()
-        cache = held.get(prompt) or prefill(model, list(prompts[prompt]))
-        stats.prefill_seconds += time.perf_counter() - start
-        if share and last[prompt] != i:
-            held[prompt] = cache
-        else:
-            held.pop(prompt, None)
+        cache = self.held.get(key) or prefill(self.model, list(key))
+        self.stats.prefill_seconds += time.perf_counter() - start
+        if self.share:
+            self.held[key] = cache
+        self.refuse(i)
         return cache
 
-    return cache_for
+    def refuse(self, i: int) -> None:
+        """Sequence i will never take its cache."""
+        key = tuple(self.prompts[self.owner[i]])
+        self.remaining[key] -= 1
+        if not self.remaining[key]:
+            self.held.pop(key, None)
 
 
 def log_softmax(logits: mx.array) -> mx.array:

@@ -33,44 +33,44 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     """
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
-    # Round-major: entry e is round e // P of puzzle e % P, with sizes[e // P] completions.
-    n = len(puzzles)
+    # Entry e is round e % R of puzzle e // R (puzzle-major: a puzzle's later rounds take free
+    # slots before new puzzles start, so few prompt caches are alive at once).
+    n_rounds = len(sizes)
+    entries = range(len(puzzles) * n_rounds)
     prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
-    finished: dict[int, list[Sample]] = {e: [] for e in range(n * len(sizes))}
-    scored: dict[int, list[Rollout]] = {}  # entries scored so far
-    outcomes: dict[str, list[Rollout]] = {p.id: [] for p in puzzles}
-
-    def score(entries: list[int]) -> None:
-        pairs = [(puzzles[e % n], s) for e in entries for s in finished[e]]
-        rollouts = iter(score_samples(env, pairs))
-        for e in entries:
-            scored[e] = [next(rollouts) for _ in finished[e]]
-            outcomes[puzzles[e % n].id].extend(scored[e])
-
+    finished: dict[int, list[Sample]] = {e: [] for e in entries}
+    scored: set[int] = set()
+    outcomes: dict[str, list[Rollout]] = {p.id: [] for p in puzzles}  # in round order
     stopped: set[int] = set()  # entries gated out: their puzzle was already mixed
+
+    def score(chosen: list[int]) -> None:
+        pairs = [(puzzles[e // n_rounds], s) for e in chosen for s in finished[e]]
+        for (puzzle, _), rollout in zip(pairs, score_samples(env, pairs)):
+            outcomes[puzzle.id].append(rollout)
+        scored.update(chosen)
 
     def gate(e: int) -> bool | None:
         """Decode round r of a puzzle once round r - 1 is done and left it unmixed."""
-        if e < n:
+        if e % n_rounds == 0:
             return True
-        before = e - n
+        before = e - 1
         if before not in stopped:
             if before not in scored:
-                if len(finished[before]) < sizes[before // n]:
+                if len(finished[before]) < sizes[before % n_rounds]:
                     return None  # still decoding (it joined: its own gate said True)
                 score([before])
-            if category(outcomes[puzzles[e % n].id]) != MIXED:
+            if category(outcomes[puzzles[e // n_rounds].id]) != MIXED:
                 return True
         stopped.add(e)
         return False
 
-    result = sample(model, tokenizer, [prompts[e % n] for e in finished], group_size=[sizes[e // n] for e in finished],
-                    max_tokens=max_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
-                    logprobs=False, gate=gate if len(sizes) > 1 else None,
-                    on_sample=lambda s: finished[s.prompt_index].append(s), progress=progress, desc="rollouts")
-    score([e for e in finished if e not in scored and result.groups[e]])
-    groups = {p.id: [r for e in range(i, len(finished), n) for r in scored.get(e, [])] for i, p in enumerate(puzzles)}
-    stats = result.stats
+    stats = sample(model, tokenizer, [prompts[e // n_rounds] for e in entries],
+                   group_size=[sizes[e % n_rounds] for e in entries], max_tokens=max_tokens,
+                   temperature=temperature, seed=seed, batch_size=batch_size, logprobs=False,
+                   gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
+                   progress=progress, desc="rollouts").stats
+    score([e for e in entries if e not in scored and finished[e]])
+    groups = outcomes
     rows = []
     for puzzle in puzzles:
         group = groups[puzzle.id]
