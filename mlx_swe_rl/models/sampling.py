@@ -98,13 +98,13 @@ def sample(
 ) -> SamplingResult:
     """Sample `group_size` completions for every prompt (token-id lists) in one batched run.
 
-    With `share_prefix` (and G > 1) each prompt is prefilled once and its KV cache is reused
-    by its G completions (and by every other copy of the same prompt), instead of G identical
-    prefills. A prompt is prefilled when its first completion joins the batch, so only the
-    prompts being decoded hold a cache. Reproducible
-    for a given seed, model, prompt list and batch size. At temperature 0 the decode is greedy
-    (all members of a group are then identical); there `logprobs=False` skips the vocabulary
-    log-softmax of every step (the same tokens, about a tenth of a decode step saved).
+    With `share_prefix` each distinct prompt is prefilled once and its KV cache is reused by
+    all its completions (also across copies of the same prompt), instead of one prefill per
+    completion. A prompt is prefilled when its first completion joins the batch, so only the
+    prompts being decoded hold a cache. Reproducible for a given seed, model, prompt list and
+    batch size. At temperature 0 the decode is greedy (all members of a group are then
+    identical); there `logprobs=False` skips the vocabulary log-softmax of every step (the
+    same tokens, about a tenth of a decode step saved).
 
     `group_size` may also give each prompt its own count. `gate(p)`, when given, is asked
     before prompt p's first completion joins the batch: True decodes the prompt, False skips it
