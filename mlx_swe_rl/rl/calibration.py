@@ -15,8 +15,8 @@ import mlx.core as mx
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
-from ..models.sampling import Sample, encode_chat, sample
-from .rollouts import MIXED, Rollout, category, score_samples
+from ..models.sampling import Sample, sample
+from .rollouts import MIXED, Rollout, category, encode_prompts, score_samples
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, group_size: int,
@@ -37,7 +37,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     # slots before new puzzles start, so few prompt caches are alive at once).
     n_rounds = len(sizes)
     entries = range(len(puzzles) * n_rounds)
-    prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
+    prompts = encode_prompts(tokenizer, env, puzzles)
     finished: dict[int, list[Sample]] = {e: [] for e in entries}
     scored: set[int] = set()
     outcomes: dict[str, list[Rollout]] = {p.id: [] for p in puzzles}  # in round order
@@ -70,10 +70,9 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
                    gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
                    progress=progress, desc="rollouts").stats
     score([e for e in entries if e not in scored and finished[e]])
-    groups = outcomes
     rows = []
     for puzzle in puzzles:
-        group = groups[puzzle.id]
+        group = outcomes[puzzle.id]
         advantages, _ = group_advantages(mx.array([[r.reward for r in group]]), advantage)
         rows.append({
             "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split,

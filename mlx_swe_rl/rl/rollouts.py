@@ -72,7 +72,7 @@ def collect_rollouts(
     desc: str = "sampling",
 ) -> RolloutBatch:
     """Sample `group_size` completions for each puzzle in one batch, then score them all."""
-    prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
+    prompts = encode_prompts(tokenizer, env, puzzles)
     result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
@@ -81,6 +81,11 @@ def collect_rollouts(
     score_seconds = time.perf_counter() - start
     groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
     return RolloutBatch(puzzles, prompts, groups, result.stats, score_seconds)
+
+
+def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
+    """The chat prompt token ids of each puzzle, as the sampler gets them."""
+    return [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
 
 
 def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Rollout]:
