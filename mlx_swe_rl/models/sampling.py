@@ -199,15 +199,16 @@ class PrefixCaches:
     stats: SampleStats
     held: dict[tuple[int, ...], list[Any]] = field(default_factory=dict)
     remaining: dict[tuple[int, ...], int] = field(default_factory=dict)
+    keys: list[tuple[int, ...]] = field(default_factory=list)  # per prompt: its token ids as a dict key
 
     def __post_init__(self) -> None:
+        self.keys = [tuple(prompt) for prompt in self.prompts]
         for prompt in self.owner:
-            key = tuple(self.prompts[prompt])
-            self.remaining[key] = self.remaining.get(key, 0) + 1
+            self.remaining[self.keys[prompt]] = self.remaining.get(self.keys[prompt], 0) + 1
 
     def take(self, i: int) -> list[Any]:
         """Sequence i's prefix cache (batch merging copies it, so one cache seeds many rows)."""
-        key = tuple(self.prompts[self.owner[i]])
+        key = self.keys[self.owner[i]]
         start = time.perf_counter()
         cache = self.held.get(key) or prefill(self.model, list(key))
         self.stats.prefill_seconds += time.perf_counter() - start
@@ -218,7 +219,7 @@ class PrefixCaches:
 
     def refuse(self, i: int) -> None:
         """Sequence i will never take its cache."""
-        key = tuple(self.prompts[self.owner[i]])
+        key = self.keys[self.owner[i]]
         self.remaining[key] -= 1
         if not self.remaining[key]:
             self.held.pop(key, None)
