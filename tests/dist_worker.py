@@ -40,6 +40,9 @@ class PromptEnv:
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": puzzle_id.replace("_", " ")}]
 
+    def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
+        return None
+
     def score(self, items):  # pragma: no cover - the fixed rollouts never score
         raise AssertionError("fixed rollouts are not scored")
 
@@ -58,7 +61,7 @@ def fixed_rollouts(model, tokenizer, env, puzzles, *, group_size, max_tokens, **
             n = int(rng.integers(1, max_tokens + 1))
             ids = [int(i) for i in rng.integers(3, 500, size=n)]
             reward = 0.5 if key % 3 == 0 else float(rng.integers(0, 3)) / 2
-            sample = Sample(0, ids, tokenizer.decode(ids), [0.0] * n, truncated=n == max_tokens)
+            sample = Sample(0, ids, tokenizer.decode(ids), [0.0] * n, "length" if n == max_tokens else "eos")
             group.append(Rollout(p.id, sample, reward, reward == 1.0, dict(INFO, passed=int(reward == 1.0))))
         groups.append(group)
     generated = sum(r.sample.num_tokens for g in groups for r in g)

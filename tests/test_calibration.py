@@ -31,7 +31,7 @@ def rollout_args(model_dir, out, *extra):
 
 # ---------------------------------------------------------------------------------- categories
 def rollout(solved: bool, reward: float | None = None) -> Rollout:
-    sample = Sample(0, [1, 2], "text", [-0.1, -0.2], truncated=False)
+    sample = Sample(0, [1, 2], "text", [-0.1, -0.2], "eos")
     return Rollout("p", sample, float(solved) if reward is None else reward, solved, {})
 
 
@@ -234,6 +234,9 @@ class ScriptedEnv:
 
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": f"fix {puzzle_id}"}]
+
+    def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
+        return None
 
     def score(self, items):
         out = []

@@ -17,7 +17,7 @@ from mlx_swe_rl.rl.evaluation import pass_at_k, totals
 from mlx_swe_rl.puzzles.format import load_puzzles
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPLETION_FIELDS = {"text", "num_tokens", "truncated", "code", "format_ok", "reward", "reward_parts",
+COMPLETION_FIELDS = {"text", "num_tokens", "truncated", "finish", "code", "format_ok", "reward", "reward_parts",
                      "solved", "passed", "total", "tests"}
 
 
@@ -114,7 +114,8 @@ def test_eval_command_writes_report(greedy_run, easy_ids, tiny_model_dir):
     assert meta["model"] == str(tiny_model_dir)
     assert meta["mlx"] == mx.__version__
     assert meta["blas"] and meta["dtype"] == "float32" and meta["adapter"] is None
-    assert report["settings"] == {"samples": 1, "temperature": 0.0, "max_tokens": 8, "seed": 0}
+    assert report["settings"] == {"samples": 1, "temperature": 0.0, "max_tokens": 8, "seed": 0,
+                                  "stop_after_answer": True}
     assert report["timing"]["generated_tokens"] == sum(
         c["num_tokens"] for r in report["puzzles"] for c in r["completions"])
     assert 0 < report["timing"]["prefill_seconds"] < report["timing"]["sampling_seconds"]
@@ -143,6 +144,18 @@ def test_eval_is_deterministic_greedy(greedy_run, tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     before, again = json.loads(first.read_text()), json.loads(out.read_text())
     assert again["puzzles"] == before["puzzles"] and again["totals"] == before["totals"]
+
+
+def test_eval_full_completions_flag(greedy_run, tiny_model_dir, tmp_path):
+    _, first = greedy_run
+    out = tmp_path / "full.json"
+    result = invoke(["--model", tiny_model_dir, "--tiers", "easy", "--max-tokens", 8, "--out", out,
+                     "--workers", 2, "--full-completions"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["settings"]["stop_after_answer"] is False
+    # a random model writes no code block, so there was nothing to stop on
+    assert report["puzzles"] == json.loads(first.read_text())["puzzles"]
 
 
 def test_eval_samples_reports_pass_at_k(tiny_model_dir, tmp_path, easy_ids):

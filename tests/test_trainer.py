@@ -38,6 +38,9 @@ class ChoiceEnv:
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": puzzle_id.replace("_", " ")}]
 
+    def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
+        return None
+
     def score(self, items):
         out = []
         for _, text in items:

@@ -43,7 +43,7 @@ def puzzle_options(func: Callable) -> Callable:
 
 
 def sampling_options(defaults: dict[str, Any]) -> Callable:
-    """--samples/-G, --temperature, --max-tokens, --seed, --batch-size with per-command defaults."""
+    """--temperature, --max-tokens, --seed, --batch-size, --full-completions with per-command defaults."""
     def wrap(func: Callable) -> Callable:
         options = [
             click.option("--temperature", type=float, default=defaults.get("temperature"),
@@ -53,6 +53,9 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
             click.option("--seed", type=int, default=0, show_default=True),
             click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
                          help="Completions decoded together."),
+            click.option("--full-completions", is_flag=True,
+                         help="Do not end completions at the answer's closing fence: generate to EOS or "
+                              "--max-tokens (for comparisons with earlier runs)."),
         ]
         return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
     return wrap

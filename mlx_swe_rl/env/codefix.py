@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from .prompts import build_messages, extract_code
+from .prompts import AnswerEnd, build_messages, extract_code
 from ..puzzles.format import Puzzle
 from .rewards import DEFAULT_REWARD, NEEDS_TESTS, Completion, combine, validate_weights
 from ..sandbox.scorer import Scorer
@@ -49,6 +49,10 @@ class CodeFixEnv:
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         """The chat messages for any puzzle of this environment."""
         return build_messages(self.puzzles[puzzle_id])
+
+    def stop_rule(self, puzzle_id: str) -> AnswerEnd:
+        """Where the sampler may end a completion for this puzzle: once its answer is complete."""
+        return AnswerEnd(self.puzzles[puzzle_id].entry_point)
 
     def step(self, completion: str) -> tuple[float, dict[str, Any]]:
         """Score one model response for the current puzzle."""

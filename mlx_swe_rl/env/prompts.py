@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from dataclasses import dataclass
 
 from ..puzzles.format import Puzzle, defines
 
@@ -34,7 +35,12 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """(language tag, dedented body) of each fenced block. Any fence line closes an open
     block (models sometimes close with ```python or a longer fence), and a block cut off
     by the token limit runs to the end of the text, so its code is still found."""
-    blocks: list[tuple[str, str]] = []
+    return [(tag, body) for tag, body, _ in _blocks(text)]
+
+
+def _blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(tag, dedented body, closed) of each fenced block; only the last one can be unclosed."""
+    blocks: list[tuple[str, str, bool]] = []
     tag, body = None, []
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         fence = FENCE_LINE.match(line)
@@ -42,13 +48,33 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
             if fence:
                 tag, body = fence.group(2).lower(), []
         elif fence:
-            blocks.append((tag, textwrap.dedent("\n".join(body))))
+            blocks.append((tag, textwrap.dedent("\n".join(body)), True))
             tag = None
         else:
             body.append(line)
     if tag is not None:
-        blocks.append((tag, textwrap.dedent("\n".join(body))))
+        blocks.append((tag, textwrap.dedent("\n".join(body)), False))
     return blocks
+
+
+def answer_closed(text: str, entry_point: str) -> bool:
+    """True once `text` holds a closed python (or untagged) block that defines `entry_point`:
+    the answer of the function format is complete, and nothing after it is read."""
+    return any(closed and tag in PYTHON_TAGS and defines(body, entry_point) for tag, body, closed in _blocks(text))
+
+
+@dataclass(frozen=True)
+class AnswerEnd:
+    """The sampler's stop rule (`models.sampling.StopRule`) for the function answer format: a
+    completion ends with the fence line that closes its first python block defining
+    `entry_point`. An earlier block that does not define it (a quoted fragment, a shell
+    command) does not end it. `extract_code` then takes that block: it is the last one."""
+
+    entry_point: str
+    triggers: str = "`~"  # every fence line is made of these
+
+    def done(self, text: str) -> bool:
+        return answer_closed(text, self.entry_point)
 
 
 def _parses(code: str) -> bool:

@@ -5,16 +5,19 @@ Our own continuous-batching loop over mlx-lm's batched KV caches (`BatchKVCache`
 decode loop. Unlike `batch_generate` we keep the EOS token that ended a completion (a trainer
 must reinforce stopping) and say which completions were truncated; finished rows are dropped
 from the batch in bulk rather than one copy of the cache each, and the log-softmax runs on the
-fast exp where MLX's is slow.
+fast exp where MLX's is slow. A completion may also end on a stop rule (`StopRule`: e.g. the
+closing fence of the answer's code block), matched on its decoded text.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import mlx.core as mx
+
+EOS, STOP, LENGTH = "eos", "stop", "length"  # how a completion ended
 
 
 @dataclass
@@ -24,18 +27,51 @@ class Sample:
     `token_ids` are the sampled ids exactly (never re-encoded), ending with the EOS token when
     the model stopped by itself; `text` is their decoding without that EOS. `logprobs[i]` is
     log p(token_ids[i]) under the sampling model at temperature 1, as mlx-lm reports it (empty
-    when greedy sampling was asked not to compute them).
+    when greedy sampling was asked not to compute them). `finish` says how it ended: "eos" (the
+    model stopped), "stop" (a stop rule matched; the tokens that completed the match are the
+    last ones) or "length" (cut off at max_tokens).
     """
 
     prompt_index: int
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    truncated: bool
+    finish: str
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def truncated(self) -> bool:
+        """Cut off by the token limit (a completion that ended on EOS or a stop rule was not)."""
+        return self.finish == LENGTH
+
+
+class StopRule(Protocol):
+    """When a completion is finished before EOS, judged on its decoded text.
+
+    `done(text)` is asked only after a token whose own text holds one of the `triggers`
+    characters (the token that completes a match always holds the match's last character), so
+    the text is decoded a few times per completion, not at every step."""
+
+    triggers: str
+
+    def done(self, text: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StopStrings:
+    """Stop as soon as the text contains one of `strings` (kept in the completion)."""
+
+    strings: tuple[str, ...]
+
+    @property
+    def triggers(self) -> str:
+        return "".join(sorted({s[-1] for s in self.strings if s}))
+
+    def done(self, text: str) -> bool:
+        return any(s and s in text for s in self.strings)
 
 
 @dataclass
@@ -49,6 +85,7 @@ class SampleStats:
     peak_memory_gb: float = 0.0
     completions: int = 0
     truncated: int = 0
+    stopped: int = 0  # ended on a stop rule
 
     @property
     def tokens_per_second(self) -> float:
@@ -93,6 +130,7 @@ def sample(
     logprobs: bool = True,
     gate: Callable[[int], bool | None] | None = None,
     on_sample: Callable[[Sample], None] | None = None,
+    stop: Sequence[StopRule | None] | None = None,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
@@ -112,10 +150,17 @@ def sample(
     decode (at least one running completion must be able to settle it). `on_sample` is called
     with each completion as it finishes. Together they let a caller decide on more samples of
     a prompt from its finished ones without ever draining the batch.
+
+    `stop[p]`, when given, ends prompt p's completions early once its rule matches their text
+    (they end like an EOS: not truncated; the tokens up to the match stay in the completion and
+    its log-probs). A stop changes nothing before it; after it the batch holds other rows, so
+    later random draws of the other completions differ from an unstopped run's.
     """
     sizes = [group_size] * len(prompts) if isinstance(group_size, int) else list(group_size)
     if len(sizes) != len(prompts) or min(sizes, default=1) < 1 or max_tokens < 1:
         raise ValueError("group_size (one per prompt, or one for all) and max_tokens must be at least 1")
+    if stop is not None and len(stop) != len(prompts):
+        raise ValueError("stop: one rule (or None) per prompt")
     if seed is not None:
         mx.random.seed(seed)
     eos = set(tokenizer.eos_token_ids)
@@ -125,13 +170,16 @@ def sample(
     mx.reset_peak_memory()
     caches = PrefixCaches(model, prompts, owner, share_prefix, stats)
     made: list[Sample | None] = [None] * len(owner)
+    stops = StopMatcher(tokenizer, [stop[p] for p in owner]) if stop is not None and any(stop) else None
 
     def finish(seq: int, ids: list[int], lps: list[float]) -> None:
-        # A completion stopped by itself when its last token is an EOS (also when that EOS
-        # came exactly at max_tokens); otherwise it was cut off.
-        stopped = bool(ids) and ids[-1] in eos
-        text_ids = ids[:-1] if stopped else ids
-        made[seq] = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, truncated=not stopped)
+        # An EOS or a stop rule counts even when it came exactly at max_tokens; otherwise the
+        # completion was cut off.
+        if ids and ids[-1] in eos:
+            how, text_ids = EOS, ids[:-1]
+        else:
+            how, text_ids = (STOP if stops is not None and stops.matched(seq) else LENGTH), ids
+        made[seq] = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, how)
         if on_sample is not None:
             on_sample(made[seq])
 
@@ -152,7 +200,7 @@ def sample(
     try:
         decode(model, caches.take, [prompts[i][-1] for i in owner], eos, make_sampler_fn(temperature, top_p),
                max_tokens, batch_size, stats, finish, bar, start, normalise=logprobs or temperature > 0,
-               ready=ready if gate is not None else None)
+               ready=ready if gate is not None else None, stop_at=stops.check if stops is not None else None)
     finally:
         if bar is not None:
             bar.close()
@@ -165,8 +213,39 @@ def sample(
             groups[sample_.prompt_index].append(sample_)
             stats.completions += 1
             stats.truncated += sample_.truncated
+            stats.stopped += sample_.finish == STOP
             stats.prompt_tokens += len(prompts[sample_.prompt_index])
     return SamplingResult(groups, stats)
+
+
+class StopMatcher:
+    """Per-sequence stop rules (sequence i follows `rules[i]`, None for none), checked token by
+    token: a token's own text is decoded once per token id and cached, and only a token holding
+    a trigger character makes the sequence's whole text be decoded and judged (`tokenizer.decode`,
+    the same text the finished Sample gets, so the rule and later code extraction agree)."""
+
+    def __init__(self, tokenizer: Any, rules: list[StopRule | None]):
+        self.tokenizer = tokenizer
+        self.rules = rules
+        self.pieces: dict[int, str] = {}
+        self.hits: set[int] = set()
+
+    def check(self, seq: int, ids: list[int]) -> bool:
+        """True when sequence `seq`, whose tokens so far are `ids`, must stop now."""
+        rule = self.rules[seq]
+        if rule is None:
+            return False
+        token = ids[-1]
+        piece = self.pieces.get(token)
+        if piece is None:
+            piece = self.pieces[token] = self.tokenizer.decode([token])
+        if not any(c in piece for c in rule.triggers) or not rule.done(self.tokenizer.decode(ids)):
+            return False
+        self.hits.add(seq)
+        return True
+
+    def matched(self, seq: int) -> bool:
+        return seq in self.hits
 
 
 def prefill(model: Any, prompt: list[int]) -> list[Any]:
@@ -239,9 +318,11 @@ def log_softmax(logits: mx.array) -> mx.array:
 def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list[int], eos: set[int],
            sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats,
            on_finish: Callable[[int, list[int], list[float]], None], bar: Any = None, start: float = 0.0,
-           normalise: bool = True, ready: Callable[[int], bool | None] | None = None) -> None:
+           normalise: bool = True, ready: Callable[[int], bool | None] | None = None,
+           stop_at: Callable[[int, list[int]], bool] | None = None) -> None:
     """Continuous batched decoding: sequence i starts from its prefix cache `cache_for(i)` (asked
-    for when it joins) with `first_tokens[i]` as input, and runs until an EOS or `max_tokens`;
+    for when it joins) with `first_tokens[i]` as input, and runs until an EOS, `max_tokens` or
+    `stop_at(i, its tokens so far)` says so;
     then `on_finish(i, token ids, log-probabilities)` gets it (temperature-1 log-probs, as
     mlx-lm reports them). With `normalise` False the sampler gets the raw logits and no
     log-probabilities are kept (for an argmax sampler: the same tokens, one vocabulary
@@ -294,7 +375,8 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
             if normalise:
                 logprobs[seq].append(lp)
             stats.generated_tokens += 1
-            if token in eos or len(tokens[seq]) >= max_tokens:
+            # the stop rule is asked before the limit, so a match on the last allowed token counts
+            if token in eos or (stop_at is not None and stop_at(seq, tokens[seq])) or len(tokens[seq]) >= max_tokens:
                 done.add(seq)
                 running -= 1
                 on_finish(seq, tokens[seq], logprobs[seq])

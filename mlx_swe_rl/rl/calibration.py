@@ -16,12 +16,13 @@ from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from ..models.sampling import Sample, sample
-from .rollouts import MIXED, Rollout, category, encode_prompts, score_samples
+from .rollouts import MIXED, Rollout, category, encode_prompts, score_samples, stop_rules
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, group_size: int,
               temperature: float, max_tokens: int, seed: int = 0, batch_size: int = 32,
-              advantage: str = "std", rounds: int = 1, progress: bool = True) -> dict[str, Any]:
+              advantage: str = "std", rounds: int = 1, stop_after_answer: bool = True,
+              progress: bool = True) -> dict[str, Any]:
     """Sample G completions per puzzle and report solve rate, category and advantages.
 
     `rounds` > 1 samples G in that many rounds and stops sampling a puzzle once it is mixed: a
@@ -64,9 +65,11 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         stopped.add(e)
         return False
 
+    stops = stop_rules(env, puzzles, stop_after_answer)
     stats = sample(model, tokenizer, [prompts[e // n_rounds] for e in entries],
                    group_size=[sizes[e % n_rounds] for e in entries], max_tokens=max_tokens,
                    temperature=temperature, seed=seed, batch_size=batch_size, logprobs=False,
+                   stop=[stops[e // n_rounds] for e in entries] if stops else None,
                    gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
                    progress=progress, desc="rollouts").stats
     score([e for e in entries if e not in scored and finished[e]])
@@ -85,7 +88,8 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         })
     return {
         "settings": {"group_size": group_size, "temperature": temperature, "max_tokens": max_tokens,
-                     "seed": seed, "advantage": advantage, "rounds": rounds},
+                     "seed": seed, "advantage": advantage, "rounds": rounds,
+                     "stop_after_answer": stop_after_answer},
         "timing": {"sampling_seconds": stats.seconds, "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens,
                    "tokens_per_second": stats.tokens_per_second, "peak_memory_gb": stats.peak_memory_gb,

@@ -61,6 +61,8 @@ class SamplingConfig:
     top_p: float = meta(1.0, min=0.0, max=1.0, doc="nucleus sampling")
     max_tokens: int = meta(256, min=1, doc="new tokens per completion")
     batch_size: int = meta(32, min=1, doc="completions decoded together")
+    stop_after_answer: bool = meta(True, doc="end a completion at the fence closing its first code block that "
+                                   "defines the entry point (the answer read; the prose after it is never generated)")
     mode: str = meta("on_policy", choices=("on_policy", "frozen"),
                      doc="on_policy: sample from the policy being trained; frozen: always from the initial weights")
 

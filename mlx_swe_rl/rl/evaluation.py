@@ -32,13 +32,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, samples: int = 1,
              temperature: float = 0.0, max_tokens: int = 384, seed: int = 0, batch_size: int = 32,
-             progress: bool = True) -> dict[str, Any]:
+             stop_after_answer: bool = True, progress: bool = True) -> dict[str, Any]:
     """Sample and score, and return the report: per-puzzle results with every completion,
-    and totals per tier and split."""
+    and totals per tier and split. With `stop_after_answer` completions end where their answer
+    does (the block the answer is read from), so the prose after it is never generated."""
     start = time.perf_counter()
     batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=samples, temperature=temperature,
-                             max_tokens=max_tokens, seed=seed, batch_size=batch_size, progress=progress,
-                             desc="eval")
+                             max_tokens=max_tokens, seed=seed, batch_size=batch_size,
+                             stop_after_answer=stop_after_answer, progress=progress, desc="eval")
     rows = []
     for puzzle, group in zip(batch.puzzles, batch.groups):
         solved = sum(r.solved for r in group)
@@ -52,11 +53,13 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
         })
     stats = batch.stats
     return {
-        "settings": {"samples": samples, "temperature": temperature, "max_tokens": max_tokens, "seed": seed},
+        "settings": {"samples": samples, "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
+                     "stop_after_answer": stop_after_answer},
         "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
                    "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens, "tokens_per_second": stats.tokens_per_second,
-                   "peak_memory_gb": stats.peak_memory_gb},
+                   "peak_memory_gb": stats.peak_memory_gb, "truncated": stats.truncated,
+                   "stopped": stats.stopped},
         "totals": totals(rows, samples),
         "puzzles": rows,
     }

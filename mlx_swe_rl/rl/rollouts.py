@@ -34,6 +34,7 @@ class Rollout:
             "text": s.text,
             "num_tokens": s.num_tokens,
             "truncated": s.truncated,
+            "finish": s.finish,
             "code": self.info["code"],
             "format_ok": self.info["format_ok"],
             "reward": self.reward,
@@ -68,13 +69,16 @@ def collect_rollouts(
     top_p: float = 1.0,
     seed: int | None = 0,
     batch_size: int = 32,
+    stop_after_answer: bool = True,
     progress: bool = False,
     desc: str = "sampling",
 ) -> RolloutBatch:
-    """Sample `group_size` completions for each puzzle in one batch, then score them all."""
+    """Sample `group_size` completions for each puzzle in one batch, then score them all. With
+    `stop_after_answer` a completion ends where its answer does (`CodeFixEnv.stop_rule`)."""
     prompts = encode_prompts(tokenizer, env, puzzles)
     result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+                    stop=stop_rules(env, puzzles, stop_after_answer),
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
     start = time.perf_counter()
     rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
@@ -86,6 +90,11 @@ def collect_rollouts(
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
     """The chat prompt token ids of each puzzle, as the sampler gets them."""
     return [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
+
+
+def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[Any] | None:
+    """The sampler's stop rule of each puzzle, or None to let completions run to EOS or the limit."""
+    return [env.stop_rule(p.id) for p in puzzles] if stop_after_answer else None
 
 
 def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Rollout]:

@@ -277,7 +277,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         with policy.sampling_model() as sampler:
             rollouts = collect_rollouts(sampler, policy.tokenizer, env, mine, group_size=s.group_size,
                                         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                                        seed=seed, batch_size=s.batch_size,
+                                        seed=seed, batch_size=s.batch_size, stop_after_answer=s.stop_after_answer,
                                         progress=progress, desc=f"step {step} sampling")
     groups, info = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
@@ -488,7 +488,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                 report = evaluate(policy.model, policy.tokenizer, env, eval_set, samples=samples,
                                   temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
                                   max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
-                                  batch_size=cfg.sampling.batch_size, progress=progress)
+                                  batch_size=cfg.sampling.batch_size,
+                                  stop_after_answer=cfg.sampling.stop_after_answer, progress=progress)
                 report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
                           **report}
                 before_path = run_dir / "eval-before.json"
