@@ -3,10 +3,13 @@
 # frozen-sampler variant (configs/learn.yaml), and avg@K evaluations before and after on the
 # training puzzles, held-out functions and the bundled hand-written puzzles. Rerun it after an
 # interruption: finished pieces are kept, a stopped run resumes from its last checkpoint.
-# About 2 hours on a 2-core CPU. Then: python scripts/learn_report.py
+# Completions end at their answer's closing fence (sampling.stop_after_answer, the default since
+# the issue "Generate only the answer"): about an hour on a 2-core CPU (2 hours before). OUT moves
+# the run directories (default outputs/learn).
+# Then: python scripts/learn_report.py --runs "$OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=outputs/learn
+out=${OUT:-outputs/learn}
 mkdir -p "$out"
 quiet=${QUIET:+--quiet}
 
@@ -14,9 +17,27 @@ quiet=${QUIET:+--quiet}
 [ -d outputs/forged-easy ] || mlx-swe-rl puzzles forge puzzles/easy --out outputs/forged-easy --per-seed 30 --heldout-frac 0
 [ -f outputs/forged-easy-train240.json ] || mlx-swe-rl puzzles sample outputs/forged-easy -n 240 --split train --seed 0 \
   --out outputs/forged-easy-train240.json
-[ -f outputs/smollm2-forged-easy-mixed.json ] || mlx-swe-rl rollouts --model smollm2-135m \
-  --puzzles outputs/forged-easy-train240.json -G 8 --temperature 0.8 --max-tokens 192 --batch-size 64 \
-  --write-train-set outputs/smollm2-forged-easy-mixed.json
+# The calibration that chose the training set is committed (docs/results/forge-calibration-smollm2-easy.json):
+# its mixed puzzles are the set, so a fresh machine trains on the same data (a new calibration draws
+# other samples: kernels and the sampler's numerics change between versions). RECALIBRATE=1 redoes it.
+if [ ! -f outputs/smollm2-forged-easy-mixed.json ]; then
+  if [ -z "${RECALIBRATE:-}" ] && [ -f docs/results/forge-calibration-smollm2-easy.json ]; then
+    python - <<'EOF'
+import json
+from pathlib import Path
+from mlx_swe_rl.puzzles.trainset import load_train_set, write_train_set
+report = json.loads(Path("docs/results/forge-calibration-smollm2-easy.json").read_text())
+mixed = {row["id"] for row in report["puzzles"] if row["category"] == "mixed"}
+puzzles = [p for p in load_train_set(Path("outputs/forged-easy-train240.json")) if p.id in mixed]
+write_train_set(Path("outputs/smollm2-forged-easy-mixed.json"), puzzles, Path("outputs/forged-easy"),
+                {"rollouts": "docs/results/forge-calibration-smollm2-easy.json", "category": "mixed"})
+print(f"wrote outputs/smollm2-forged-easy-mixed.json ({len(puzzles)} mixed puzzles, committed calibration)")
+EOF
+  else
+    mlx-swe-rl rollouts --model smollm2-135m --puzzles outputs/forged-easy-train240.json -G 8 --temperature 0.8 \
+      --max-tokens 192 --batch-size 64 --write-train-set outputs/smollm2-forged-easy-mixed.json
+  fi
+fi
 [ -f outputs/learn-train40.json ] || mlx-swe-rl puzzles sample outputs/smollm2-forged-easy-mixed.json -n 40 --seed 0 \
   --out outputs/learn-train40.json
 [ -f outputs/forged-easy-heldout60.json ] || mlx-swe-rl puzzles sample outputs/forged-easy -n 60 --split heldout --seed 1 \
