@@ -99,7 +99,7 @@ def every_other_puzzle_mixed(monkeypatch):
             total = len(self.puzzles[pid].tests)
             out.append((float(solved), {
                 "puzzle_id": pid, "code": "x = 1" if solved else None, "format_ok": solved,
-                "passed": total if solved else 0, "total": total, "tests": [], "output": "",
+                "passed": total if solved else 0, "total": total, "tests": [], "output": "", "solved": solved,
                 "reward_parts": {"tests": float(solved)},
             }))
         return out
@@ -244,7 +244,7 @@ class ScriptedEnv:
             solved = bool(self.scripts[pid][self.scored[pid]])
             self.scored[pid] += 1
             out.append((float(solved), {"code": None, "format_ok": solved, "passed": int(solved), "total": 1,
-                                        "tests": [], "reward_parts": {"tests": float(solved)}}))
+                                        "tests": [], "solved": solved, "reward_parts": {"tests": float(solved)}}))
         return out
 
 

@@ -133,6 +133,10 @@ def test_yaml_booleans_are_booleans():
     (["reward={tests: 0}"], "reward: all weights are zero"),
     (["reward={tests: fast}"], "reward.tests: weight 'fast' must be a number"),
     (["reward=[tests]"], "reward: expected a mapping, got ['tests']"),
+    (["reward_without_tests={tests: 1}"], "reward_without_tests: tests needs tests (use similarity, format)"),
+    (["reward_without_tests.simil=1"], "reward_without_tests.simil: unknown reward function (did you mean "
+                                       "'similarity'?)"),
+    (["prompt.format=diff"], "prompt.format: 'diff' is not one of function, search_replace"),
     (["puzzles.tiers=easy"], "puzzles.tiers: expected a list, got 'easy'"),
     (["puzzles.tiers=[1]"], "puzzles.tiers[0]: expected a string, got 1"),
     (["grpo=3"], "grpo: expected a mapping, got int"),

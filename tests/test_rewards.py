@@ -76,16 +76,43 @@ def test_similarity_ignores_formatting_and_comments():
     assert normalise_source(reformatted) == normalise_source(ORACLE)
 
 
-def test_similarity_ranks_closer_code_higher():
-    close = similarity_reward(completion(BUGGY))
-    far = similarity_reward(completion("import os\nprint(os.getcwd())\n"))
-    assert 0.0 <= far < close < 1.0
-    assert close > 0.8
+def test_change_is_a_headerless_unified_diff_of_normalised_code():
+    diff = rewards.change(BUGGY, ORACLE)
+    assert diff.splitlines() == ["@@ -1,5 +1,5 @@", " def total(xs):", "     result = 0", "-    for x in xs[1:]:",
+                                 "+    for x in xs:", "         result += x", "     return result"]
+    assert rewards.change(BUGGY, "# same\n" + BUGGY) == ""
 
 
-def test_similarity_of_unparsable_code_is_in_range():
-    value = similarity_reward(completion("def total(xs)\n    return sum(xs)\n"))
-    assert 0.0 < value < 1.0
+def test_similarity_echoing_the_buggy_code_or_restyling_it_is_zero():
+    assert similarity_reward(completion(BUGGY)) == 0.0
+    restyled = "def total(xs):\n    # add them up\n    result = 0\n    for x in xs[1:]:  # every item\n" \
+               "        result += (x)\n\n    return result\n"
+    assert similarity_reward(completion(restyled)) == 0.0
+
+
+def test_similarity_partial_fix_is_between_zero_and_one():
+    oracle = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
+    buggy = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
+    puzzle = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
+                    buggy=buggy, oracle=oracle, tests=("assert span([1, 3]) == 2",))
+    half = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
+    other = "def span(xs):\n    return 0\n"
+    partial = similarity_reward(Completion(puzzle, half, None))
+    assert 0.0 < similarity_reward(Completion(puzzle, other, None)) < partial < 1.0
+    assert similarity_reward(Completion(puzzle, oracle, None)) == 1.0
+
+
+def test_similarity_code_that_does_not_parse_or_define_the_entry_point_is_minus_one():
+    assert similarity_reward(completion("def total(xs)\n    return sum(xs)\n")) == -1.0
+    assert similarity_reward(completion("import os\nprint(os.getcwd())\n")) == -1.0
+
+
+def test_similarity_echo_scores_zero_and_oracle_one_on_every_bundled_puzzle():
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    for p in load_puzzles():
+        assert similarity_reward(Completion(p, p.buggy, None)) == 0.0, p.id
+        assert similarity_reward(Completion(p, p.oracle, None)) == 1.0, p.id
 
 
 def test_format_reward():
@@ -105,8 +132,10 @@ def test_combine_default_is_tests_only():
 
 def test_combine_weighted_sum_and_unweighted_parts():
     weights = {"tests": 2.0, "partial": 0.5, "format": 0.25, "similarity": -1.0}
-    reward, parts = combine(completion(BUGGY, THREE), weights)
-    sim = similarity_reward(completion(BUGGY))
+    half_fixed = BUGGY.replace("xs[1:]", "xs[0:]")
+    reward, parts = combine(completion(half_fixed, THREE), weights)
+    sim = similarity_reward(completion(half_fixed))
+    assert 0.0 < sim < 1.0
     assert parts == {"tests": 0.0, "partial": 0.75, "format": 1.0, "similarity": sim}
     assert reward == pytest.approx(2.0 * 0 + 0.5 * 0.75 + 0.25 * 1.0 - sim)
 

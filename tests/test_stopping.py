@@ -15,7 +15,8 @@ import pytest
 
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.env.prompts import AnswerEnd, answer_closed, extract_code
-from mlx_swe_rl.models.sampling import StopStrings, sample
+from mlx_swe_rl.env.formats import StopStrings
+from mlx_swe_rl.models.sampling import sample
 from mlx_swe_rl.puzzles.format import Puzzle
 from mlx_swe_rl.rl.evaluation import evaluate
 from mlx_swe_rl.rl.rollouts import encode_prompts

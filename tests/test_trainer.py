@@ -45,7 +45,7 @@ class ChoiceEnv:
         out = []
         for _, text in items:
             r = 1.0 if any(text.startswith(c) for c in self.chosen) else 0.0
-            out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [],
+            out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [], "solved": r == 1.0,
                             "reward_parts": {"choice": r}}))
         self.scored += len(items)
         return out

@@ -234,7 +234,8 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
                    "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples).")
 def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
-             full_completions: bool, sandbox: dict, out: Path, write_train_set: Path | None, rounds: int) -> None:
+             full_completions: bool, answer_format: str, sandbox: dict, out: Path, write_train_set: Path | None,
+             rounds: int) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
@@ -246,7 +247,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     puzzles = select_puzzles(puzzle_dir, tiers, split)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
         model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, rounds=rounds, stop_after_answer=not full_completions))
+        seed=seed, batch_size=batch_size, rounds=rounds, stop_after_answer=not full_completions), answer_format)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

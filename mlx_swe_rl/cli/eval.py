@@ -26,7 +26,7 @@ from .options import (fail, model_options, model_report, puzzle_options, samplin
               help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
-         full_completions: bool, sandbox: dict, out: Path | None, baseline: Path | None) -> None:
+         full_completions: bool, answer_format: str, sandbox: dict, out: Path | None, baseline: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
     --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
     if temperature is None:
@@ -40,7 +40,7 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
         fail(f"--baseline: {exc}")
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
         model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, stop_after_answer=not full_completions))
+        seed=seed, batch_size=batch_size, stop_after_answer=not full_completions), answer_format)
     click.echo(format_report(report))
     if earlier is not None:
         changes = compare_reports(earlier, report)

@@ -43,7 +43,10 @@ def puzzle_options(func: Callable) -> Callable:
 
 
 def sampling_options(defaults: dict[str, Any]) -> Callable:
-    """--temperature, --max-tokens, --seed, --batch-size, --full-completions with per-command defaults."""
+    """--temperature, --max-tokens, --seed, --batch-size, --full-completions, --format with
+    per-command defaults."""
+    from ..env.formats import FORMATS
+
     def wrap(func: Callable) -> Callable:
         options = [
             click.option("--temperature", type=float, default=defaults.get("temperature"),
@@ -56,6 +59,9 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
             click.option("--full-completions", is_flag=True,
                          help="Do not end completions at the answer's closing fence: generate to EOS or "
                               "--max-tokens (for comparisons with earlier runs)."),
+            click.option("--format", "answer_format", type=click.Choice(list(FORMATS)), default="function",
+                         show_default=True, help="Answer format: the whole function in a code block, or SWE-RL's "
+                                                 "SEARCH/REPLACE edits."),
         ]
         return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
     return wrap
@@ -128,14 +134,14 @@ def open_model(model_spec: str, adapter: Path | None, dtype: str):
 
 
 def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, sandbox: dict[str, Any],
-                 run: Callable[[Any, Any, Any], dict[str, Any]]) -> dict[str, Any]:
+                 run: Callable[[Any, Any, Any], dict[str, Any]], answer_format: str = "function") -> dict[str, Any]:
     """Load the model, open the scorer (`sandbox`: the keyword arguments of `open_scorer`) and
-    environment, run `run(model, tokenizer, env)`, and return its report with the run's
-    metadata in front."""
+    environment (asking for `answer_format`), run `run(model, tokenizer, env)`, and return its
+    report with the run's metadata in front."""
     from ..env.codefix import CodeFixEnv
     from ..runfiles import run_metadata
 
     model, tokenizer = open_model(model_spec, adapter, dtype)
-    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer) as env:
+    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer, answer_format=answer_format) as env:
         report = run(model, tokenizer, env)
-    return {"meta": run_metadata(model_spec, adapter, dtype), **report}
+    return {"meta": {**run_metadata(model_spec, adapter, dtype), "format": answer_format}, **report}

@@ -6,23 +6,31 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from .prompts import AnswerEnd, build_messages, extract_code
+from . import formats
 from ..puzzles.format import Puzzle
-from .rewards import DEFAULT_REWARD, NEEDS_TESTS, Completion, combine, validate_weights
+from .rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, NEEDS_TESTS, Completion, combine,
+                      exact_match, validate_weights)
 from ..sandbox.scorer import Scorer
 
 
 class CodeFixEnv:
     """reset(puzzle_id) -> observation; get_prompt() -> chat messages; step(completion) ->
     (reward, info). `score` does the same for many completions at once, in parallel; every
-    caller (training, rollouts, eval) scores through it."""
+    caller (training, rollouts, eval) scores through it, and it alone decides `info["solved"]`.
+
+    `reward` weighs the rewards of tasks with tests; tasks without tests (mined from a history
+    with no usable tests) earn `reward_without_tests`, which cannot use the test rewards.
+    `answer_format` is how the model is asked and read (env.formats: function, search_replace)."""
 
     def __init__(self, puzzles: list[Puzzle], scorer: Scorer | None = None,
-                 reward: Mapping[str, float] = DEFAULT_REWARD):
+                 reward: Mapping[str, float] = DEFAULT_REWARD, answer_format: str = "function",
+                 reward_without_tests: Mapping[str, float] = DEFAULT_REWARD_WITHOUT_TESTS):
         if not puzzles:
             raise ValueError("CodeFixEnv needs at least one puzzle")
         self.puzzles = {p.id: p for p in puzzles}
         self.reward = validate_weights(reward)
+        self.reward_without_tests = validate_weights(reward_without_tests, "reward_without_tests", without_tests=True)
+        self.format = formats.answer_format(answer_format)
         self._own_scorer = scorer is None
         self.scorer = scorer or Scorer()
         self.current: Puzzle | None = None
@@ -44,15 +52,16 @@ class CodeFixEnv:
         return self.current
 
     def get_prompt(self) -> list[dict[str, str]]:
-        return build_messages(self._require_current())
+        return self.format.messages(self._require_current())
 
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         """The chat messages for any puzzle of this environment."""
-        return build_messages(self.puzzles[puzzle_id])
+        return self.format.messages(self.puzzles[puzzle_id])
 
-    def stop_rule(self, puzzle_id: str) -> AnswerEnd:
-        """Where the sampler may end a completion for this puzzle: once its answer is complete."""
-        return AnswerEnd(self.puzzles[puzzle_id].entry_point)
+    def stop_rule(self, puzzle_id: str) -> object:
+        """Where the sampler may end a completion for this puzzle: once its answer is complete
+        (a `models.sampling.StopRule`)."""
+        return self.format.stop_rule(self.puzzles[puzzle_id])
 
     def step(self, completion: str) -> tuple[float, dict[str, Any]]:
         """Score one model response for the current puzzle."""
@@ -60,20 +69,31 @@ class CodeFixEnv:
 
     def score(self, items: list[tuple[str, str]]) -> list[tuple[float, dict[str, Any]]]:
         """Score (puzzle_id, response) pairs; responses without code are format failures and
-        are not run. Returns (reward, info) per pair, in input order."""
+        are not run. Returns (reward, info) per pair, in input order.
+
+        `info["solved"]`: every test passed, or for a task without tests, the code equals the
+        oracle once normalised (formatting and comments aside)."""
         puzzles = [self.puzzles[pid] for pid, _ in items]
-        codes = [extract_code(text, p.entry_point) for p, (_, text) in zip(puzzles, items)]
+        extracted = [self.format.extract(text, p) for p, (_, text) in zip(puzzles, items)]
+        codes = [code for code, _ in extracted]
         needs_run = bool(NEEDS_TESTS & self.reward.keys())
-        to_run = [i for i, code in enumerate(codes) if code is not None and needs_run]
+        to_run = [i for i, code in enumerate(codes) if code is not None and needs_run and puzzles[i].tests]
         runs = dict(zip(to_run, self.scorer.run_many([(puzzles[i], codes[i]) for i in to_run])))
         out = []
-        for i, (puzzle, code) in enumerate(zip(puzzles, codes)):
+        for i, (puzzle, (code, problem)) in enumerate(zip(puzzles, extracted)):
             run = runs.get(i)
-            reward, parts = combine(Completion(puzzle, code, run), self.reward)
+            weights = self.reward if puzzle.tests else self.reward_without_tests
+            reward, parts = combine(Completion(puzzle, code, run), weights)
+            if puzzle.tests:
+                solved = run is not None and run.all_passed
+            else:
+                solved = code is not None and exact_match(code, puzzle.oracle)
             info = {
                 "puzzle_id": puzzle.id,
                 "code": code,
                 "format_ok": code is not None,
+                "format_error": problem,
+                "solved": solved,
                 "passed": run.passed if run else 0,
                 "total": run.total if run else len(puzzle.tests),
                 "tests": [asdict(r) for r in run.results] if run else [],

@@ -12,6 +12,7 @@ from ..puzzles.format import Puzzle, defines
 from ..sandbox.scorer import TestRun
 
 DEFAULT_REWARD: dict[str, float] = {"tests": 1.0}
+DEFAULT_REWARD_WITHOUT_TESTS: dict[str, float] = {"similarity": 1.0}  # SWE-RL's reward, for tasks with no tests
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,32 @@ def normalise_source(code: str) -> str:
         return "\n".join(line.rstrip() for line in code.strip().splitlines())
 
 
+def exact_match(code: str, oracle: str) -> bool:
+    """The candidate is the oracle, formatting and comments aside."""
+    return normalise_source(code) == normalise_source(oracle)
+
+
+def change(before: str, after: str) -> str:
+    """The unified diff (3 lines of context, file headers stripped) from `before` to `after`,
+    both normalised: what an edit changed, blind to formatting and comments."""
+    lines = difflib.unified_diff(normalise_source(before).splitlines(), normalise_source(after).splitlines(),
+                                 n=3, lineterm="")
+    return "\n".join(line for line in lines if not line.startswith(("--- ", "+++ ")))
+
+
 def similarity_reward(c: Completion) -> float:
-    """SWE-RL's reward: difflib's SequenceMatcher ratio between the normalised candidate and
-    the normalised oracle, in [0, 1]; -1 for a format failure (no code in the response)."""
-    if c.code is None:
+    """SWE-RL's reward: difflib's SequenceMatcher ratio between the change the candidate makes
+    to the buggy code and the change the oracle makes, in [0, 1]. Changes, not whole functions:
+    echoing the buggy code (or restyling it) changes nothing and scores 0, so a policy cannot
+    earn most of the reward by copying its input. -1 for a format failure: no code, code that
+    does not parse, or code that does not define the entry point."""
+    if c.code is None or not defines(c.code, c.puzzle.entry_point):
         return -1.0
-    a, b = normalise_source(c.code), normalise_source(c.puzzle.oracle)
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+    made = change(c.puzzle.buggy, c.code)
+    if not made:
+        return 0.0
+    wanted = change(c.puzzle.buggy, c.puzzle.oracle)
+    return difflib.SequenceMatcher(None, made, wanted, autojunk=False).ratio()
 
 
 def format_reward(c: Completion) -> float:
@@ -65,19 +85,23 @@ REWARDS: dict[str, Callable[[Completion], float]] = {
 NEEDS_TESTS = {"tests", "partial"}
 
 
-def validate_weights(weights: Mapping[str, float]) -> dict[str, float]:
-    """Check a reward spec: known names, numeric weights, at least one non-zero."""
+def validate_weights(weights: Mapping[str, float], key: str = "reward", without_tests: bool = False
+                     ) -> dict[str, float]:
+    """Check a reward spec (the config key `key`): known names, numeric weights, at least one
+    non-zero; `without_tests`: for tasks that have no tests, so no reward that needs them."""
     if not weights:
-        raise ValueError("reward: at least one reward function is needed")
+        raise ValueError(f"{key}: at least one reward function is needed")
     for name, weight in weights.items():
         if name not in REWARDS:
             close = difflib.get_close_matches(name, REWARDS, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(REWARDS)}"
-            raise ValueError(f"reward.{name}: unknown reward function ({hint})")
+            raise ValueError(f"{key}.{name}: unknown reward function ({hint})")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise ValueError(f"reward.{name}: weight {weight!r} must be a number")
+            raise ValueError(f"{key}.{name}: weight {weight!r} must be a number")
     if not any(weights.values()):
-        raise ValueError("reward: all weights are zero")
+        raise ValueError(f"{key}: all weights are zero")
+    if without_tests and NEEDS_TESTS & weights.keys():
+        raise ValueError(f"{key}: {', '.join(sorted(NEEDS_TESTS & weights.keys()))} needs tests (use similarity, format)")
     return {name: float(w) for name, w in weights.items()}
 
 

@@ -53,25 +53,13 @@ class StopRule(Protocol):
 
     `done(text)` is asked only after a token whose own text holds one of the `triggers`
     characters (the token that completes a match always holds the match's last character), so
-    the text is decoded a few times per completion, not at every step."""
+    the text is decoded a few times per completion, not at every step. The rules themselves
+    belong to the answer formats (`env.formats`: the function format's closing fence,
+    SWE-RL's `</solution>`, plain stop strings)."""
 
     triggers: str
 
     def done(self, text: str) -> bool: ...
-
-
-@dataclass(frozen=True)
-class StopStrings:
-    """Stop as soon as the text contains one of `strings` (kept in the completion)."""
-
-    strings: tuple[str, ...]
-
-    @property
-    def triggers(self) -> str:
-        return "".join(sorted({s[-1] for s in self.strings if s}))
-
-    def done(self, text: str) -> bool:
-        return any(s and s in text for s in self.strings)
 
 
 @dataclass

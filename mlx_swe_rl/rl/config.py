@@ -17,13 +17,15 @@ from typing import Any
 
 import yaml
 
-from ..env.rewards import validate_weights
+from ..env.formats import FORMATS
+from ..env.rewards import DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, validate_weights
 from ..models.specs import DTYPES
 from ..sandbox.confine import MODES as CONFINEMENT_MODES
 from ..sandbox.confine import confinable_platform
 from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
 
 
+FORMAT_NAMES = tuple(FORMATS)
 SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
@@ -32,9 +34,10 @@ class ConfigError(ValueError):
 
 
 def meta(default: Any = dataclasses.MISSING, *, choices: tuple | None = None, min: float | None = None,
-         max: float | None = None, doc: str = "", factory: Any = None) -> Any:
-    """A dataclass field with validation metadata and a one-line description."""
-    info = {"choices": choices, "min": min, "max": max, "doc": doc}
+         max: float | None = None, doc: str = "", factory: Any = None, without_tests: bool = False) -> Any:
+    """A dataclass field with validation metadata and a one-line description (`without_tests`:
+    a reward spec for tasks that have no tests)."""
+    info = {"choices": choices, "min": min, "max": max, "doc": doc, "without_tests": without_tests}
     if factory is not None:
         return field(default_factory=factory, metadata=info)
     return field(default=default, metadata=info)
@@ -44,6 +47,12 @@ def meta(default: Any = dataclasses.MISSING, *, choices: tuple | None = None, mi
 class ModelConfig:
     spec: str = meta("smollm2-135m", doc="model spec: HF repo id, mlx-lm dir, .gguf, ollama:NAME, built-in")
     dtype: str = meta("float32", choices=DTYPES, doc="dtype of float weights (float32 is fastest on CPU)")
+
+
+@dataclass
+class PromptConfig:
+    format: str = meta("function", choices=FORMAT_NAMES, doc="answer format: function (the whole fixed function "
+                       "in a code block) or search_replace (SWE-RL: think, then SEARCH/REPLACE edits)")
 
 
 @dataclass
@@ -134,8 +143,11 @@ class Config:
     output_dir: str = meta("outputs", doc="where run directories go")
     seed: int = meta(0, doc="seeds data order, sampling and dropout")
     workers: int | None = meta(None, min=1, doc="sandbox processes (null = one per core)")
-    reward: dict[str, float] = meta(factory=lambda: {"tests": 1.0}, doc="reward name -> weight")
+    reward: dict[str, float] = meta(factory=lambda: dict(DEFAULT_REWARD), doc="reward name -> weight")
+    reward_without_tests: dict[str, float] = meta(factory=lambda: dict(DEFAULT_REWARD_WITHOUT_TESTS), without_tests=True,
+                                                  doc="reward of tasks without tests (mined ones): similarity, format")
     model: ModelConfig = meta(factory=ModelConfig)
+    prompt: PromptConfig = meta(factory=PromptConfig)
     puzzles: PuzzleConfig = meta(factory=PuzzleConfig)
     sampling: SamplingConfig = meta(factory=SamplingConfig)
     grpo: GRPOConfig = meta(factory=GRPOConfig)
@@ -184,7 +196,7 @@ def _convert(hint: Any, value: Any, name: str, info: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{name}: expected a mapping, got {value!r}")
         try:
-            return validate_weights(value)
+            return validate_weights(value, name, without_tests=info.get("without_tests", False))
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     value = _scalar(hint, value, name)

@@ -24,7 +24,7 @@ class Rollout:
     puzzle_id: str
     sample: Sample
     reward: float
-    solved: bool  # code extracted and every test passed
+    solved: bool  # as the env decided it (info["solved"])
     info: dict[str, Any]
 
     def record(self) -> dict[str, Any]:
@@ -37,6 +37,7 @@ class Rollout:
             "finish": s.finish,
             "code": self.info["code"],
             "format_ok": self.info["format_ok"],
+            "format_error": self.info.get("format_error"),
             "reward": self.reward,
             "reward_parts": self.info["reward_parts"],
             "solved": self.solved,
@@ -100,7 +101,7 @@ def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) 
 def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Rollout]:
     """Score (puzzle, completion) pairs in one scorer call, as rollouts in the same order."""
     scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
-    return [Rollout(p.id, s, reward, info["format_ok"] and info["passed"] == info["total"], info)
+    return [Rollout(p.id, s, reward, info["solved"], info)
             for (p, s), (reward, info) in zip(pairs, scored)]
 
 

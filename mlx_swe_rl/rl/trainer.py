@@ -474,7 +474,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
                         require_confinement=cfg.sandbox.require_confinement)
         log(f"sandbox: {scorer.confinement}")
-        env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward)
+        env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward, cfg.prompt.format,
+                         cfg.reward_without_tests)
     try:
         start_step = sync_ranks(policy, optimizer, start_step)
 

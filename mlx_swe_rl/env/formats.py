@@ -1,0 +1,63 @@
+"""Answer formats: how the model is asked for a fix, how the fixed code is read from its answer,
+and where the sampler may end the answer (`prompt.format` in a config).
+
+- `function`: the complete corrected function in a python code block (the seed's format).
+- `search_replace`: SWE-RL's format, think then SEARCH/REPLACE edits (env/search_replace.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..puzzles.format import Puzzle
+from . import prompts, search_replace
+
+
+@dataclass(frozen=True)
+class StopStrings:
+    """A stop rule (`models.sampling.StopRule`): the answer ends once its text contains one of
+    `strings` (kept in the completion)."""
+
+    strings: tuple[str, ...]
+
+    @property
+    def triggers(self) -> str:
+        # the token that completes a match holds its last character
+        return "".join(sorted({s[-1] for s in self.strings if s}))
+
+    def done(self, text: str) -> bool:
+        return any(s and s in text for s in self.strings)
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """One answer format: `messages(puzzle)` is the chat prompt, `extract(response, puzzle)` the
+    candidate code or None with the reason (a format failure), `stop_rule(puzzle)` where an
+    answer is complete."""
+
+    name: str
+    messages: Callable[[Puzzle], list[dict[str, str]]]
+    extract: Callable[[str, Puzzle], tuple[str | None, str | None]]
+    stop_rule: Callable[[Puzzle], object]
+
+
+def _function_code(response: str, puzzle: Puzzle) -> tuple[str | None, str | None]:
+    code = prompts.extract_code(response, puzzle.entry_point)
+    return code, None if code is not None else "no code block"
+
+
+FORMATS: dict[str, AnswerFormat] = {
+    "function": AnswerFormat("function", prompts.build_messages, _function_code,
+                             lambda puzzle: prompts.AnswerEnd(puzzle.entry_point)),
+    "search_replace": AnswerFormat("search_replace", search_replace.build_messages,
+                                   lambda response, puzzle: search_replace.extract_edited_code(response, puzzle.buggy),
+                                   lambda puzzle: StopStrings((search_replace.SOLUTION_CLOSE,))),
+}
+
+
+def answer_format(name: str) -> AnswerFormat:
+    """The format called `name`, or ValueError listing the valid ones."""
+    if name not in FORMATS:
+        raise ValueError(f"prompt.format: '{name}' is not one of {', '.join(FORMATS)}")
+    return FORMATS[name]
