@@ -283,3 +283,45 @@ def test_gate_defers_and_skips_prompts_and_sizes_per_prompt(tiny_model, eos_id, 
     assert [s.token_ids for s in result.groups[2]] == [alone.groups[0][0].token_ids] * 2
     with pytest.raises(RuntimeError, match="stalled"):
         sample(biased, tokenizer, prompts[:2], max_tokens=4, gate=lambda p: None if p else True)
+
+
+@pytest.mark.parametrize("batch_size", [32, 2])
+def test_follow_up_turns_decode_from_the_finished_completion(tiny_model, prompts, batch_size):
+    """A later turn continues the finished row's own KV cache with the appended ids: greedy, it
+    equals greedy decoding of the whole conversation by hand."""
+    model, tokenizer = tiny_model
+    asked = []
+
+    def follow_up(s):
+        def decide():
+            asked.append(s)
+            return [5, 6, 7] if s.parent is None else None  # one more turn, then stop
+        return decide
+
+    result = sample(model, tokenizer, prompts, group_size=2, max_tokens=6, temperature=0.0, batch_size=batch_size,
+                    follow_up=follow_up)
+    firsts = [s for g in result.groups for s in g]
+    assert len(firsts) == 8 and len(result.later) == 8 and len(asked) == 16
+    for s in result.later:
+        parent = s.parent
+        assert parent is not None and parent.parent is None
+        assert result.prompts[s.prompt_index] == result.prompts[parent.prompt_index] + parent.token_ids + [5, 6, 7]
+        assert s.token_ids == greedy_by_hand(model, result.prompts[s.prompt_index], 6)
+    assert result.stats.completions == 16
+
+
+def test_follow_up_keeps_the_stop_rule_and_a_turn_needs_ids(tiny_model, prompts):
+    model, tokenizer = tiny_model
+
+    class AtOnce:
+        triggers = "".join(chr(c) for c in range(32, 127))
+
+        def done(self, text):
+            return True
+
+    result = sample(model, tokenizer, prompts[:1], max_tokens=6, stop=[AtOnce()],
+                    follow_up=lambda s: (lambda: [9] if s.parent is None else None))
+    (first,), (second,) = result.groups[0], result.later
+    assert first.finish == second.finish == "stop"
+    with pytest.raises(ValueError, match="at least one token"):
+        sample(model, tokenizer, prompts[:1], max_tokens=3, follow_up=lambda s: (lambda: []))

@@ -29,7 +29,9 @@ class Sample:
     log p(token_ids[i]) under the sampling model at temperature 1, as mlx-lm reports it (empty
     when greedy sampling was asked not to compute them). `finish` says how it ended: "eos" (the
     model stopped), "stop" (a stop rule matched; the tokens that completed the match are the
-    last ones) or "length" (cut off at max_tokens).
+    last ones) or "length" (cut off at max_tokens). A later turn (`sample(follow_up=...)`) has
+    its previous turn as `parent`; its prompt is the parent's prompt, the parent's tokens and
+    the ids the follow-up added.
     """
 
     prompt_index: int
@@ -37,6 +39,7 @@ class Sample:
     text: str
     logprobs: list[float]
     finish: str
+    parent: "Sample | None" = field(default=None, repr=False, compare=False)  # the turn this one follows
 
     @property
     def num_tokens(self) -> int:
@@ -82,10 +85,13 @@ class SampleStats:
 
 @dataclass
 class SamplingResult:
-    """`groups[p]` holds the completions of prompt p, in sampling order."""
+    """`groups[p]` holds the completions of prompt p, in sampling order; `later` the later turns
+    (`follow_up`), in the order they finished; `prompts[s.prompt_index]` is any sample's prompt."""
 
     groups: list[list[Sample]]
     stats: SampleStats = field(default_factory=SampleStats)
+    later: list[Sample] = field(default_factory=list)
+    prompts: list[list[int]] = field(default_factory=list)
 
 
 def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -119,6 +125,7 @@ def sample(
     gate: Callable[[int], bool | None] | None = None,
     on_sample: Callable[[Sample], None] | None = None,
     stop: Sequence[StopRule | None] | None = None,
+    follow_up: Callable[[Sample], Callable[[], list[int] | None]] | None = None,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
@@ -143,6 +150,13 @@ def sample(
     (they end like an EOS: not truncated; the tokens up to the match stay in the completion and
     its log-probs). A stop changes nothing before it; after it the batch holds other rows, so
     later random draws of the other completions differ from an unstopped run's.
+
+    `follow_up(s)`, when given, is called as each completion s finishes and returns a decider.
+    The sampler calls the decider when s's next turn could join the batch (at a refill, so a
+    caller can settle many finished completions at once, e.g. score them together) and it
+    returns the token ids to append after s's tokens (the turn's end, a new user message, the
+    assistant header) or None: no next turn. The next turn decodes from s's own KV cache, so
+    only the appended ids are prefilled; it follows s's stop rule and may have a follow-up too.
     """
     sizes = [group_size] * len(prompts) if isinstance(group_size, int) else list(group_size)
     if len(sizes) != len(prompts) or min(sizes, default=1) < 1 or max_tokens < 1:
@@ -152,28 +166,44 @@ def sample(
     if seed is not None:
         mx.random.seed(seed)
     eos = set(tokenizer.eos_token_ids)
-    owner = [i for i, size in enumerate(sizes) for _ in range(size)]
+    prompts = [list(p) for p in prompts]  # later turns add theirs
+    owner = [i for i, size in enumerate(sizes) for _ in range(size)]  # each sequence's prompt
     stats = SampleStats()
     start = time.perf_counter()  # prefill counts as sampling time
     mx.reset_peak_memory()
     caches = PrefixCaches(model, prompts, owner, share_prefix, stats)
     made: list[Sample | None] = [None] * len(owner)
-    stops = StopMatcher(tokenizer, [stop[p] for p in owner]) if stop is not None and any(stop) else None
+    rules = [stop[p] for p in owner] if stop is not None else [None] * len(owner)
+    stops = StopMatcher(tokenizer, rules) if any(rules) or follow_up is not None else None
+    turns: dict[int, Turn] = {}  # later turns waiting to join, by sequence
+    parent_of: dict[int, Sample] = {}  # the previous turn of each later turn that joined
 
-    def finish(seq: int, ids: list[int], lps: list[float]) -> None:
+    def finish(seq: int, ids: list[int], lps: list[float], row_cache: Callable[[], list[Any]]) -> list[int]:
         # An EOS or a stop rule counts even when it came exactly at max_tokens; otherwise the
         # completion was cut off.
         if ids and ids[-1] in eos:
             how, text_ids = EOS, ids[:-1]
         else:
             how, text_ids = (STOP if stops is not None and stops.matched(seq) else LENGTH), ids
-        made[seq] = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, how)
+        made[seq] = done = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, how, parent_of.pop(seq, None))
         if on_sample is not None:
-            on_sample(made[seq])
+            on_sample(done)
+        if follow_up is None:
+            return []
+        # the next turn starts from this row's cache: evaluated now, before the batch drops it
+        cache = row_cache()
+        mx.eval([c.state for c in cache])
+        turns[len(made)] = Turn(done, follow_up(done), cache, rules[seq])
+        owner.append(-1)  # its prompt is known once decided
+        made.append(None)
+        rules.append(rules[seq])
+        return [len(made) - 1]
 
     decided: dict[int, bool] = {}  # gate verdicts, per prompt
 
     def ready(seq: int) -> bool | None:
+        if seq in turns:
+            return turns[seq].decide(prompts, owner, seq)
         prompt = owner[seq]
         if prompt not in decided:
             verdict = True if gate is None else gate(prompt)
@@ -184,26 +214,73 @@ def sample(
             caches.refuse(seq)
         return decided[prompt]
 
+    def cache_for(seq: int) -> list[Any]:
+        if seq not in turns:
+            return caches.take(seq)
+        begin = time.perf_counter()
+        turn = turns.pop(seq)  # its cache joins the batch (a copy): not kept here
+        parent_of[seq] = turn.parent
+        cache = turn.extend(model, prompts[owner[seq]])
+        stats.prefill_seconds += time.perf_counter() - begin
+        return cache
+
     bar = _progress_bar(len(owner), desc) if progress else None
     try:
-        decode(model, caches.take, [prompts[i][-1] for i in owner], eos, make_sampler_fn(temperature, top_p),
-               max_tokens, batch_size, stats, finish, bar, start, normalise=logprobs or temperature > 0,
-               ready=ready if gate is not None else None, stop_at=stops.check if stops is not None else None)
+        decode(model, cache_for, lambda seq: prompts[owner[seq]][-1], list(range(len(owner))), eos,
+               make_sampler_fn(temperature, top_p), max_tokens, batch_size, stats, finish, bar, start,
+               normalise=logprobs or temperature > 0,
+               ready=ready if gate is not None or follow_up is not None else None,
+               stop_at=stops.check if stops is not None else None)
     finally:
         if bar is not None:
             bar.close()
     stats.seconds = time.perf_counter() - start
     stats.peak_memory_gb = mx.get_peak_memory() / 1e9
 
-    groups: list[list[Sample]] = [[] for _ in prompts]
+    result = SamplingResult([[] for _ in sizes], stats, prompts=prompts)
     for sample_ in made:
-        if sample_ is not None:  # None: its prompt was gated out
-            groups[sample_.prompt_index].append(sample_)
-            stats.completions += 1
-            stats.truncated += sample_.truncated
-            stats.stopped += sample_.finish == STOP
-            stats.prompt_tokens += len(prompts[sample_.prompt_index])
-    return SamplingResult(groups, stats)
+        if sample_ is None:  # its prompt was gated out, or there was no next turn
+            continue
+        (result.later if sample_.parent is not None else result.groups[sample_.prompt_index]).append(sample_)
+        stats.completions += 1
+        stats.truncated += sample_.truncated
+        stats.stopped += sample_.finish == STOP
+        stats.prompt_tokens += len(prompts[sample_.prompt_index])
+    return result
+
+
+@dataclass
+class Turn:
+    """A finished completion's next turn, waiting for its decider: it will decode from the
+    completion's own KV cache with the decider's ids appended."""
+
+    parent: Sample
+    decider: Callable[[], list[int] | None]
+    cache: list[Any]  # the parent row's KV cache: its prompt and tokens, all but the last one
+    rule: Any
+
+    def decide(self, prompts: list[list[int]], owner: list[int], seq: int) -> bool:
+        """Ask the decider; on a next turn, record its prompt as sequence `seq`'s."""
+        extra = self.decider()
+        if extra is None:
+            return False
+        if not extra:
+            raise ValueError("follow_up: a next turn needs at least one token after the completion")
+        owner[seq] = len(prompts)
+        prompts.append(prompts[self.parent.prompt_index] + self.parent.token_ids + list(extra))
+        return True
+
+    def extend(self, model: Any, prompt: list[int]) -> list[Any]:
+        """The parent's cache with the rest of `prompt` but its last token prefilled: the
+        parent's last token (never fed to the model) and the appended ids."""
+        from . import fastmath
+
+        rest = prompt[self.cache[0].offset:-1]
+        if rest:
+            with fastmath.inference():
+                model(mx.array(rest)[None], cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+        return self.cache
 
 
 class StopMatcher:
@@ -214,7 +291,7 @@ class StopMatcher:
 
     def __init__(self, tokenizer: Any, rules: list[StopRule | None]):
         self.tokenizer = tokenizer
-        self.rules = rules
+        self.rules = rules  # may grow as later turns are added
         self.pieces: dict[int, str] = {}
         self.hits: set[int] = set()
 
@@ -303,30 +380,30 @@ def log_softmax(logits: mx.array) -> mx.array:
     return logits - (top + mx.log(fastmath.fast_exp(logits - top).sum(axis=-1, keepdims=True)))
 
 
-def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list[int], eos: set[int],
-           sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats,
-           on_finish: Callable[[int, list[int], list[float]], None], bar: Any = None, start: float = 0.0,
-           normalise: bool = True, ready: Callable[[int], bool | None] | None = None,
+def decode(model: Any, cache_for: Callable[[int], list[Any]], first_token: Callable[[int], int], pending: list[int],
+           eos: set[int], sampler: Any, max_tokens: int, batch_size: int, stats: SampleStats,
+           on_finish: Callable[[int, list[int], list[float], Callable[[], list[Any]]], list[int]], bar: Any = None,
+           start: float = 0.0, normalise: bool = True, ready: Callable[[int], bool | None] | None = None,
            stop_at: Callable[[int, list[int]], bool] | None = None) -> None:
-    """Continuous batched decoding: sequence i starts from its prefix cache `cache_for(i)` (asked
-    for when it joins) with `first_tokens[i]` as input, and runs until an EOS, `max_tokens` or
-    `stop_at(i, its tokens so far)` says so;
-    then `on_finish(i, token ids, log-probabilities)` gets it (temperature-1 log-probs, as
-    mlx-lm reports them). With `normalise` False the sampler gets the raw logits and no
-    log-probabilities are kept (for an argmax sampler: the same tokens, one vocabulary
-    log-softmax per step less).
+    """Continuous batched decoding of the `pending` sequences: sequence i starts from its prefix
+    cache `cache_for(i)` (asked for when it joins) with `first_token(i)` as input, and runs until
+    an EOS, `max_tokens` or `stop_at(i, its tokens so far)` says so; then `on_finish(i, token
+    ids, log-probabilities, row_cache)` gets it (temperature-1 log-probs, as mlx-lm reports
+    them; `row_cache()` extracts the row's KV cache) and returns sequences to queue after the
+    pending ones (its later turn, or none). With `normalise` False the sampler gets the raw
+    logits and no log-probabilities are kept (for an argmax sampler: the same tokens, one
+    vocabulary log-softmax per step less).
 
     Up to `batch_size` sequences decode together in one batched cache. A finished row keeps its
     slot (its tokens are ignored) until an eighth of the batch has finished: dropping rows
     copies the whole cache, so it is done in bulk; new sequences join when a quarter of the
     slots are free, in order, each once `ready(i)` says True (False: never; None: not yet)."""
-    pending = list(range(len(first_tokens)))  # in the order they start
     rows: list[int] = []  # sequence index of each batch row
     done: set[int] = set()
     cache: list[Any] = []
     inputs = mx.array([], dtype=mx.uint32)
-    tokens: list[list[int]] = [[] for _ in first_tokens]
-    logprobs: list[list[float]] = [[] for _ in first_tokens]
+    tokens: dict[int, list[int]] = {}
+    logprobs: dict[int, list[float]] = {}
     running = 0  # rows still decoding
     while pending or running:
         new: list[int] = []
@@ -345,9 +422,11 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
                     layer.extend(extra)  # in place: the new rows go below the running ones
             else:
                 cache = joined
-            inputs = mx.concatenate([inputs, mx.array([first_tokens[i] for i in new], dtype=mx.uint32)])
+            inputs = mx.concatenate([inputs, mx.array([first_token(i) for i in new], dtype=mx.uint32)])
             rows += new
             running += len(new)
+            for i in new:
+                tokens[i], logprobs[i] = [], []
         logits = model(inputs[:, None], cache=cache)[:, -1, :]
         if normalise:
             logits = log_softmax(logits)
@@ -367,8 +446,11 @@ def decode(model: Any, cache_for: Callable[[int], list[Any]], first_tokens: list
             if token in eos or (stop_at is not None and stop_at(seq, tokens[seq])) or len(tokens[seq]) >= max_tokens:
                 done.add(seq)
                 running -= 1
-                on_finish(seq, tokens[seq], logprobs[seq])
+                later = on_finish(seq, tokens.pop(seq), logprobs.pop(seq),
+                                  lambda row=row: [layer.extract(row) for layer in cache])
+                pending = pending + later
                 if bar is not None:
+                    bar.total += len(later)
                     bar.update(1)
         if bar is not None:
             rate = stats.generated_tokens / max(time.perf_counter() - start, 1e-9)
