@@ -196,7 +196,7 @@ def doctest_tests(docstring: str, entry_point: str, known: set[str]) -> list[str
                 tests.append(test)
                 setup = []
         if line is None and example.exc_msg is None:
-            setup.append(source)
+            setup.append(ast.unparse(ast.parse(source)))  # without doctest directives
         names |= _bindings(source)
     return tests
 

@@ -5,6 +5,8 @@ rules, in this order (the first that applies drops it):
 
   merge                 a merge commit
   bot                   author or committer is a bot (dependabot, pre-commit-ci, ...[bot])
+  revert                the subject says `Revert "..."` (it undoes a change: its "fix" is
+                        the older code)
   no_python             no .py file changed
   tests_only            only test files changed (a path part test/tests/testing, or
                         test_*.py / *_test.py, as R2E-Gym and SWE-bench tell them)
@@ -48,7 +50,7 @@ from .licence import is_licence_file, licence_id
 from .puzzleset import write_puzzle_set
 from .units import Module, parse_module
 
-REASONS = ("merge", "bot", "no_python", "tests_only", "file_added_deleted", "several_files", "too_large",
+REASONS = ("merge", "bot", "revert", "no_python", "tests_only", "file_added_deleted", "several_files", "too_large",
            "parse_error", "functions_added_removed", "outside_function", "several_functions", "cosmetic",
            "no_message", "duplicate")
 SUMMARY_FILE = "mine.json"
@@ -59,6 +61,7 @@ TEST_PARTS = {"test", "tests", "testing"}
 KNOWN_TRAILER = re.compile(r"^\s*(signed-off-by|co-authored-by|reviewed-by|acked-by|tested-by|reported-by|"
                            r"suggested-by|helped-by|cc|change-id|reviewed-on)\s*:", re.IGNORECASE)
 TRAILER_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*:\s+\S")  # git's "Token: value"
+REVERT = re.compile(r'^Revert "')
 CHERRY_PICK = re.compile(r"^\s*\(cherry picked from commit [0-9a-f]+\)\s*$")
 MODULE_CACHE = 16  # parsed file versions kept: a commit's old side is usually the newer commit's new side
 
@@ -174,6 +177,8 @@ def examine(commit: history.Commit, modules: _Modules, max_lines: int) -> tuple[
         return "merge", None
     if is_bot(commit):
         return "bot", None
+    if REVERT.match(commit.message):
+        return "revert", None
     python = [f for f in commit.files if f.path.endswith(".py")]
     if not python:
         return "no_python", None
@@ -409,6 +414,7 @@ def format_funnel(data: dict[str, Any]) -> str:
     for reason in REASONS:
         left -= funnel[reason]
         rows.append((reason, str(funnel[reason]), str(left)))
+    rows.append(("kept", "", str(funnel["kept"])))
     widths = [max(len(r[i]) for r in rows + [("rule", "dropped", "left")]) for i in range(3)]
     lines = [f"{'rule':<{widths[0]}}  {'dropped':>{widths[1]}}  {'left':>{widths[2]}}"]
     lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
