@@ -208,6 +208,10 @@ def format_summary(result: ForgeResult) -> str:
     lines.append(f"{summary['puzzles']} puzzles from {summary['seeds']} seeds: "
                  + ", ".join(f"{n} {split} ({summary['seed_functions'][split]} functions)"
                              for split, n in summary["splits"].items()))
+    by_problem: dict[str, list[str]] = defaultdict(list)  # one line for many seeds without tests, say
     for seed_id, problem in result.seed_problems.items():
-        lines.append(f"seed {seed_id} skipped: {problem}")
+        by_problem[problem].append(seed_id)
+    for problem, ids in by_problem.items():
+        which = f"seed {ids[0]}" if len(ids) == 1 else f"{len(ids)} seeds ({ids[0]}, ...)"
+        lines.append(f"{which} skipped: {problem}")
     return "\n".join(lines)
