@@ -297,3 +297,13 @@ def test_sample_command(forged, tmp_path):
     assert result.exit_code == 0, result.output
     assert set(json.loads(subset.read_text())["puzzles"]) < set(ids)
     assert {p.id for p in load_train_set(subset)} == set(json.loads(subset.read_text())["puzzles"])
+
+
+def test_seeds_without_tests_are_skipped(scorer):
+    """A task without tests (a mined one) cannot tell its mutants from itself: not a seed."""
+    from mlx_swe_rl.forge.seeds import Seed
+
+    seed = Seed("no_tests", "t", "f", "d", "def f(x):\n    return x + 1\n", ())
+    result = forge([seed], scorer, ForgeSettings(per_seed=1))
+    assert result.puzzles == []
+    assert result.seed_problems == {"no_tests": "no tests: a seed needs tests that catch its mutants"}

@@ -195,11 +195,55 @@ def test_unparsable_buggy_code(tmp_path):
     assert str(path) in message and ": buggy: " in message and "line 1" in message
 
 
-@pytest.mark.parametrize("tests", [[], "assert add_one(1) == 2", [""], [3]])
-def test_tests_must_be_non_empty_list_of_code(tmp_path, tests):
+@pytest.mark.parametrize("tests", ["assert add_one(1) == 2", [""], [3], {}])
+def test_tests_must_be_list_of_code(tmp_path, tests):
     path = write_puzzle(tmp_path, puzzle_data(tests=tests))
     message = load_error(tmp_path)
     assert str(path) in message and ": tests: " in message
+
+
+def test_task_without_tests_loads(tmp_path):
+    """`tests: []` is a task without tests (mined ones); the key itself stays required."""
+    write_puzzle(tmp_path, puzzle_data(tests=[]))
+    [p] = load_puzzles(tmp_path)
+    assert p.tests == () and p.plans == []
+    write_puzzle(tmp_path, puzzle_data(tests=None))
+    assert "tests: missing" in load_error(tmp_path)
+
+
+def test_seed_still_needs_tests(tmp_path):
+    from mlx_swe_rl.forge.seeds import load_seeds
+
+    path = tmp_path / "topic" / "s.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump({"id": "s", "entry_point": "f", "description": "d",
+                                    "code": "def f():\n    return 1\n", "tests": []}))
+    with pytest.raises(PuzzleError, match="tests: must be a non-empty list"):
+        load_seeds([tmp_path])
+
+
+def test_source_provenance_loads_and_stays_out_of_the_prompt(tmp_path):
+    from mlx_swe_rl.env.prompts import build_messages
+
+    source = {"repo": "lib", "sha": "0123abc", "path": "lib/core.py", "line": 12, "licence": "MIT"}
+    write_puzzle(tmp_path, puzzle_data(source=source))
+    [p] = load_puzzles(tmp_path)
+    assert p.source == source
+    prompt = "".join(m["content"] for m in build_messages(p))
+    assert "0123abc" not in prompt and "lib/core.py" not in prompt
+
+
+@pytest.mark.parametrize("source, detail", [
+    (["repo"], "source: must be a mapping"),
+    ({"sha": 1.5}, "source.sha: float value"),
+    ({"sha": True}, "source.sha: bool value"),
+    ({"files": ["a.py"]}, "source.files: list value"),
+    ({"": "x"}, "source: key '' must be a non-empty string"),
+])
+def test_source_must_be_a_mapping_of_strings_and_ints(tmp_path, source, detail):
+    path = write_puzzle(tmp_path, puzzle_data(source=source))
+    message = load_error(tmp_path)
+    assert message.startswith(str(path)) and detail in message
 
 
 @pytest.mark.parametrize("bad_test, detail", [
@@ -315,3 +359,52 @@ def test_check_reports_oracle_load_error(tmp_path, scorer):
     assert not report.ok
     assert report.problems[0].startswith("oracle failed to load: ")
     assert "no_such_module_xyz" in report.problems[0]
+
+
+# ------------------------------------------------------------------- tasks without tests
+def untested(**overrides) -> dict:
+    return puzzle_data(tests=[], **overrides)
+
+
+class NoRunScorer:
+    """A scorer stand-in that fails the test if a task without tests is ever run."""
+
+    def prepare(self, puzzles):
+        assert not puzzles, [p.id for p in puzzles]
+        return {}
+
+    def run_many(self, items):
+        assert not items, [p.id for p, _ in items]
+        return []
+
+
+def test_check_rules_for_tasks_without_tests(tmp_path):
+    """Static rules only: the code parses, defines the entry point, and the fix changes more
+    than docstrings, comments and formatting."""
+    fix = untested(id="nt_fix", description="Fix the sign.")
+    doc_only = untested(id="nt_doc_only", buggy='def add_one(x):\n    """Add one."""\n    return x + 1\n')
+    cosmetic = untested(id="nt_cosmetic", buggy="def add_one( x ):\n    # one more\n    return (x+1)\n")
+    for data in (fix, doc_only, cosmetic):
+        write_puzzle(tmp_path, data)
+    reports = {r.puzzle.id: r for r in check_puzzles(load_puzzles(tmp_path), NoRunScorer())}
+    assert reports["nt_fix"].ok, reports["nt_fix"].problems
+    for pid in ("nt_doc_only", "nt_cosmetic"):
+        assert reports[pid].problems == [
+            "buggy and oracle differ only in docstrings, comments or formatting: nothing to fix"], pid
+
+
+def test_check_static_rules_catch_hand_built_puzzles():
+    """Puzzles built in code skip the loader's checks; check_puzzles still refuses them."""
+    base = dict(id="nt_x", tier="t", split="train", entry_point="f", description="d", tests=())
+    wrong_name = Puzzle(buggy="def g():\n    return 1\n", oracle="def f():\n    return 2\n", **base)
+    broken = Puzzle(buggy="def f(:\n", oracle="def f():\n    return 2\n", **base)
+    [r1, r2] = check_puzzles([wrong_name, broken], NoRunScorer())
+    assert r1.problems == ["buggy: does not parse or does not define entry_point 'f'"]
+    assert r2.problems == ["buggy: does not parse or does not define entry_point 'f'"]
+
+
+def test_run_without_tests_never_counts_as_passed(scorer):
+    p = Puzzle(id="nt_run", tier="t", split="train", entry_point="f", description="d",
+               buggy="def f():\n    return 1\n", oracle="def f():\n    return 2\n", tests=())
+    run = scorer.run(p, p.oracle)
+    assert run.results == [] and run.total == 0 and not run.all_passed

@@ -118,12 +118,62 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
     click.echo(f"wrote {len(result.puzzles)} puzzles to {out} in {time.monotonic() - start:.1f}s")
 
 
+@puzzles.command("mine")
+@click.argument("repo", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the mined task set.")
+@click.option("--max-lines", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Most changed lines (added + deleted) a commit may have in its one source file.")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 1.0), default=0.2, show_default=True,
+              help="Share of the tasks, newest first, held out (with every task of a function they change).")
+@click.option("--max-commits", type=click.IntRange(min=1), default=None,
+              help="Only the newest N commits (for a quick look).")
+@click.option("--since", default=None, help="Only commits after this date (anything `git log --since` takes).")
+@click.option("--no-tests", is_flag=True, help="Do not turn doctest examples into tests (no sandbox needed).")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier mined set in --out.")
+@sandbox_options
+def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max_commits: int | None,
+                 since: str | None, no_tests: bool, overwrite: bool, sandbox: dict) -> None:
+    """Mine bug-fix tasks from the git history of REPO: commits that change one function in
+    one non-test .py file, the function before as buggy code and after as the oracle, the
+    commit message as the description; doctest examples become tests where they can."""
+    from tqdm.auto import tqdm
+
+    from ..forge import history
+    from ..forge.mine import (MineError, MineSettings, attach_tests, build_puzzles, collect, format_funnel,
+                              test_candidates, write_mined)
+
+    if not history.is_repository(repo):
+        fail(f"{repo}: not a git repository")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        fail(f"--out: {out} is not empty; pass --overwrite to replace a mined set")
+    settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests)
+    try:
+        total = history.count_commits(repo, max_commits, since) if history.head(repo) else 0
+        with tqdm(desc="mine", unit="commit", total=total) as bar:
+            mined = collect(repo, settings, progress=bar.update)
+    except (MineError, history.GitError) as exc:
+        fail(str(exc))
+    if settings.tests and any(test_candidates(c) for c in mined.changes):
+        with open_scorer(**sandbox) as scorer:
+            attach_tests(mined, scorer)
+    puzzles = build_puzzles(mined)
+    try:
+        summary = write_mined(mined, puzzles, out, overwrite)
+    except (FileExistsError, OSError) as exc:
+        fail(str(exc))
+    click.echo(format_funnel(summary))
+    click.echo(f"wrote {len(puzzles)} tasks to {out} in {summary['timing']['seconds']:.1f}s "
+               f"({summary['timing']['commits_per_second']} commits/s)")
+
+
 @puzzles.command("check")
 @PUZZLE_DIR
 @sandbox_options
 def check(directory: Path | None, sandbox: dict) -> None:
     """Validate every puzzle in DIRECTORY: schema, buggy code fails, oracle passes, the same
-    verdict twice, and each run within its time budget."""
+    verdict twice, and each run within its time budget. Tasks without tests (`tests: []`):
+    the code parses, defines the entry point, and the fix changes more than docstrings,
+    comments and formatting."""
     from ..forge.checks import check_puzzles
 
     root = directory if directory is not None else default_puzzle_dir()
@@ -153,8 +203,11 @@ def check(directory: Path | None, sandbox: dict) -> None:
     for error in errors:
         click.echo(f"FAIL {error}", err=True)
     good = sum(r.ok for r in reports)
+    untested = sum(not p.tests for p in loaded)
     click.echo(f"{good}/{len(files)} puzzles OK in {time.monotonic() - start:.1f}s "
-               f"(schema, buggy fails, oracle passes, stable verdicts, time budgets)")
+               f"(schema, buggy fails, oracle passes, stable verdicts, time budgets"
+               + (f"; {untested} without tests: parse, entry point, a change beyond docstrings and formatting)"
+                  if untested else ")"))
     if errors:
         raise SystemExit(1)
 

@@ -1,11 +1,15 @@
 """`puzzles check`: every puzzle's buggy code fails, its oracle passes, verdicts are stable,
-and every run stays within its time budget."""
+and every run stays within its time budget.
+
+A task without tests (mined from a history, trained on rewards that need no tests) cannot
+be run against anything: its rules are static. Buggy code and oracle parse, define the
+entry point, and differ beyond docstrings, comments and formatting."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..puzzles.format import Puzzle
+from ..puzzles.format import Puzzle, defines, normal_form
 from ..sandbox.scorer import Scorer, TestRun
 from ..sandbox.verdict import TIMEOUT
 
@@ -28,12 +32,25 @@ def _statuses(run: TestRun) -> list[str]:
     return [r.status for r in run.results]
 
 
+def static_problems(p: Puzzle) -> list[str]:
+    """What is wrong with a puzzle without running it: code that does not parse or define
+    the entry point, or a buggy version equal to the oracle but for docstrings, comments and
+    formatting (nothing to fix)."""
+    problems = [f"{key}: does not parse or does not define entry_point '{p.entry_point}'"
+                for key, code in (("buggy", p.buggy), ("oracle", p.oracle)) if not defines(code, p.entry_point)]
+    if not problems and normal_form(p.buggy) == normal_form(p.oracle):
+        problems.append("buggy and oracle differ only in docstrings, comments or formatting: nothing to fix")
+    return problems
+
+
 def check_puzzles(puzzles: list[Puzzle], scorer: Scorer) -> list[CheckReport]:
-    """Validate the behaviour of each puzzle; returns one report per puzzle, in order."""
-    reports = [CheckReport(p) for p in puzzles]
-    oracle = scorer.prepare(puzzles)
+    """Validate each puzzle: the static rules for all, then (for puzzles with tests and no
+    static problem) their behaviour in the sandbox. One report per puzzle, in order."""
+    reports = [CheckReport(p, static_problems(p)) for p in puzzles]
+    tested = [r for r in reports if r.puzzle.tests and not r.problems]
+    oracle = scorer.prepare([r.puzzle for r in tested])
     good: list[CheckReport] = []
-    for report in reports:
+    for report in tested:
         p = report.puzzle
         problems, seconds = oracle.get(p.id, ([], 0.0))
         report.problems += problems

@@ -19,24 +19,20 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
-import os
 import random
-import shutil
-import tempfile
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from ..puzzles.format import Puzzle, defines
-from ..runfiles import default_mode
 from ..sandbox.scorer import Scorer, TestRun
 from ..sandbox.verdict import TIMEOUT
 from .checks import ORACLE_BUDGET_SHARE
 from .mutators import FAMILIES, Mutant, mutants
+from .puzzleset import puzzle_yaml, write_puzzle_set
+
+__all__ = ["ForgeResult", "ForgeSettings", "forge", "format_summary", "puzzle_yaml", "write_forged"]
 from .seeds import Seed
 
 REASONS = ("invalid", "equivalent", "duplicate", "no_test_fails", "unstable", "too_slow")
@@ -128,11 +124,13 @@ def forge(seeds: list[Seed], scorer: Scorer, settings: ForgeSettings = ForgeSett
     """Mutate and validate; returns the kept puzzles (ordered by seed, then trial order) and
     the counts. `progress(n)` is called with the number of candidates each batch validated."""
     result = ForgeResult([], settings, seeds=len(seeds))
-    checked = scorer.prepare([_seed_puzzle(s, settings) for s in seeds])
+    checked = scorer.prepare([_seed_puzzle(s, settings) for s in seeds if s.tests])
     usable = []
     for s in seeds:
         problems, seconds = checked.get(s.id, ([], 0.0))
-        if problems:
+        if not s.tests:  # a task without tests (a mined one) cannot tell a mutant from its seed
+            result.seed_problems[s.id] = "no tests: a seed needs tests that catch its mutants"
+        elif problems:
             result.seed_problems[s.id] = f"oracle: {problems[0]}"
         elif seconds > settings.timeout * ORACLE_BUDGET_SHARE:
             result.seed_problems[s.id] = f"oracle took {seconds:.2f}s, over half the {settings.timeout:g}s budget"
@@ -191,47 +189,11 @@ def _precheck(seed: Seed, mutant: Mutant, seen: set[str]) -> str | None:
     return None
 
 
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings as `|` blocks, so forged files read like hand-written ones."""
-
-
-_BlockDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
-
-
-def puzzle_yaml(p: Puzzle) -> str:
-    """The puzzle file's text (fixed key order: byte-identical for the same puzzle)."""
-    data = {"id": p.id, "tier": p.tier, "split": p.split, "entry_point": p.entry_point, "family": p.family,
-            "mutation": p.mutation, "description": p.description, "buggy": p.buggy, "oracle": p.oracle,
-            "tests": list(p.tests), "timeout": p.timeout}
-    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
-
-
 def write_forged(result: ForgeResult, out: Path, overwrite: bool = False) -> None:
-    """Write `<out>/<tier>/<id>.yaml` for each puzzle and `<out>/forge.json`, all at once: the
-    set is built beside `out` and renamed into place. An existing `out` is replaced only with
-    `overwrite`, and only if it is a forge output (has forge.json)."""
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out}: not empty; pass --overwrite to replace a forged set")
-        if not (out / SUMMARY_FILE).is_file():
-            raise FileExistsError(f"{out}: not a forged set (no {SUMMARY_FILE}); refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    os.chmod(staging, default_mode(directory=True))
-    try:
-        for p in result.puzzles:
-            folder = staging / p.tier
-            folder.mkdir(exist_ok=True)
-            (folder / f"{p.id}.yaml").write_text(puzzle_yaml(p), encoding="utf-8")
-        (staging / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    """Write `<out>/<tier>/<id>.yaml` for each puzzle and `<out>/forge.json`, all at once (see
+    `puzzleset.write_puzzle_set`); an existing `out` is replaced only with `overwrite`, and
+    only if it is a forge output (has forge.json)."""
+    write_puzzle_set(result.puzzles, out, SUMMARY_FILE, result.summary(), overwrite, kind="forged set")
 
 
 def format_summary(result: ForgeResult) -> str:
@@ -246,6 +208,10 @@ def format_summary(result: ForgeResult) -> str:
     lines.append(f"{summary['puzzles']} puzzles from {summary['seeds']} seeds: "
                  + ", ".join(f"{n} {split} ({summary['seed_functions'][split]} functions)"
                              for split, n in summary["splits"].items()))
+    by_problem: dict[str, list[str]] = defaultdict(list)  # one line for many seeds without tests, say
     for seed_id, problem in result.seed_problems.items():
-        lines.append(f"seed {seed_id} skipped: {problem}")
+        by_problem[problem].append(seed_id)
+    for problem, ids in by_problem.items():
+        which = f"seed {ids[0]}" if len(ids) == 1 else f"{len(ids)} seeds ({ids[0]}, ...)"
+        lines.append(f"{which} skipped: {problem}")
     return "\n".join(lines)

@@ -21,8 +21,8 @@ from .testplan import TestPlan, TestSyntaxError, plan_test
 SPLITS = ("train", "heldout")
 TIERS = ("easy", "medium", "hard")  # the bundled tiers; other sets may name their own
 FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle", "tests", "timeout",
-          "family", "mutation")
-REQUIRED = FIELDS[:-3]  # timeout, and the forge's family and mutation, are optional
+          "family", "mutation", "source")
+REQUIRED = FIELDS[:-4]  # timeout, the forge's family and mutation, and the miner's source are optional
 NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 MAX_TIMEOUT = 60.0
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "puzzles"
@@ -45,6 +45,9 @@ class Puzzle:
     timeout: float | None = None
     family: str | None = None  # the forge's mutator family, for puzzles it made
     mutation: str | None = None  # the forge's one-line description of the change (never shown to a model)
+    # Provenance of a mined task (repository, commit, path, ...): plain strings and ints,
+    # never shown to a model; not part of the puzzle's identity.
+    source: dict[str, str | int] | None = field(default=None, compare=False)
     path: Path | None = field(default=None, compare=False)
 
     @cached_property
@@ -75,6 +78,19 @@ def defines(code: str, name: str) -> bool:
         return name in _top_level_names(code)
     except (SyntaxError, ValueError):
         return False
+
+
+def normal_form(code: str) -> str:
+    """The code's syntax tree without docstrings, as text: two sources that differ only in
+    docstrings, comments or formatting have the same normal form. Raises SyntaxError (or
+    ValueError) when the code does not parse."""
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def check_fields(data: object, path: Path, fields: tuple[str, ...], required: tuple[str, ...]) -> dict:
@@ -117,10 +133,14 @@ def check_code(data: dict, path: Path, key: str) -> None:
         raise PuzzleError(f"{path}: {key}: does not define entry_point '{data['entry_point']}'")
 
 
-def check_tests(data: dict, path: Path) -> tuple[str, ...]:
+def check_tests(data: dict, path: Path, allow_empty: bool = False) -> tuple[str, ...]:
+    """The tests as a tuple; an empty list only with `allow_empty` (a task without tests,
+    which trains on rewards that need none)."""
     tests = data["tests"]
-    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
-        raise PuzzleError(f"{path}: tests: must be a non-empty list of code strings")
+    if not isinstance(tests, list) or not (tests or allow_empty) \
+            or not all(isinstance(t, str) and t.strip() for t in tests):
+        kind = "list" if allow_empty else "non-empty list"
+        raise PuzzleError(f"{path}: tests: must be a {kind} of code strings")
     for i, test in enumerate(tests):
         try:
             plan_test(test)
@@ -136,6 +156,21 @@ def check_timeout(data: dict, path: Path) -> float | None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
         raise PuzzleError(f"{path}: timeout: {timeout!r} must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
     return float(timeout)
+
+
+def check_source(data: dict, path: Path) -> dict[str, str | int] | None:
+    """The optional provenance mapping: string keys, plain string or integer values."""
+    source = data.get("source")
+    if source is None:
+        return None
+    if not isinstance(source, dict):
+        raise PuzzleError(f"{path}: source: must be a mapping of names to strings or integers")
+    for key, value in source.items():
+        if not isinstance(key, str) or not key.strip():
+            raise PuzzleError(f"{path}: source: key {key!r} must be a non-empty string")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise PuzzleError(f"{path}: source.{key}: {type(value).__name__} value; must be a string or an integer")
+    return dict(source)
 
 
 def parse_puzzle(data: object, path: Path) -> Puzzle:
@@ -155,8 +190,8 @@ def parse_puzzle(data: object, path: Path) -> Puzzle:
     return Puzzle(
         id=data["id"], tier=data["tier"], split=data["split"], entry_point=data["entry_point"],
         description=data["description"].strip(), buggy=data["buggy"], oracle=data["oracle"],
-        tests=check_tests(data, path), timeout=check_timeout(data, path), family=data.get("family"),
-        mutation=data.get("mutation"), path=path,
+        tests=check_tests(data, path, allow_empty=True), timeout=check_timeout(data, path),
+        family=data.get("family"), mutation=data.get("mutation"), source=check_source(data, path), path=path,
     )
 
 
