@@ -56,9 +56,9 @@ def zero_variance(history: Sequence[Record], settings: AlarmConfig) -> str | Non
     recent = _last(history, settings.steps, "zero_var_frac")
     if recent is None or min(recent) < settings.zero_var_frac:
         return None
-    return (f"{min(recent):.0%} or more of the groups had equal rewards for {settings.steps} steps: "
-            "almost nothing to learn from (puzzles too hard or too easy for the policy now; try "
-            "puzzles.select: mixed or other tiers)")
+    return (f"{_span(recent)} of the groups had equal rewards in each of the last {settings.steps} steps: almost "
+            "nothing to learn from (the puzzles are too hard or too easy for the policy; try puzzles.select: mixed "
+            "or other tiers)")
 
 
 def truncation(history: Sequence[Record], settings: AlarmConfig) -> str | None:
@@ -66,21 +66,23 @@ def truncation(history: Sequence[Record], settings: AlarmConfig) -> str | None:
     recent = _last(history, settings.steps, "truncation_rate")
     if recent is None or min(recent) < settings.truncation_rate:
         return None
-    return (f"{min(recent):.0%} or more of the completions hit sampling.max_tokens for {settings.steps} steps "
-            "(raise sampling.max_tokens, or keep grpo.mask_truncated off so they count as failures)")
+    return (f"{_span(recent)} of the completions hit sampling.max_tokens in each of the last {settings.steps} "
+            "steps (raise sampling.max_tokens; with grpo.mask_truncated they also leave the loss)")
 
 
 def length_limit(history: Sequence[Record], settings: AlarmConfig, max_tokens: int) -> str | None:
-    """The mean completion length, smoothed by a line fit over the last `window` steps, at
-    `length_frac` of the token limit: completions are running into it."""
+    """The mean completion length, smoothed by a line fit over the last `window` steps (their
+    mean before there are that many), at `length_frac` of the token limit: completions are
+    running into it."""
     recent = _last(history, min(settings.window, len(history)), "completion_len")
     if recent is None:
         return None
-    slope, fitted = line_fit(recent)
+    # Before a whole window the plain mean: a line through two or three noisy steps overshoots.
+    slope, fitted = line_fit(recent) if len(recent) == settings.window else (0.0, sum(recent) / len(recent))
     if fitted < settings.length_frac * max_tokens:
         return None
-    trend = f", {'rising' if slope > 0 else 'changing'} {slope:+.1f} tokens/step" if len(recent) > 1 else ""
-    return (f"mean completion length {fitted:.0f} tokens{trend}: {fitted / max_tokens:.0%} of "
+    trend = f" (rising {slope:+.1f} tokens/step)" if slope > 0 else ""
+    return (f"mean completion length {fitted:.0f} tokens{trend}, {fitted / max_tokens:.0%} of "
             f"sampling.max_tokens={max_tokens} (lengths are running into the limit)")
 
 
@@ -198,6 +200,11 @@ def _last(history: Sequence[Record], n: int, key: str) -> list[float] | None:
         return None
     values = [h.get(key) for h in history[-n:]]
     return None if any(v is None for v in values) else [float(v) for v in values]
+
+
+def _span(values: Sequence[float]) -> str:
+    low, high = f"{min(values):.0%}", f"{max(values):.0%}"
+    return low if low == high else f"{low}-{high}"
 
 
 def line_fit(values: Sequence[float]) -> tuple[float, float]:

@@ -144,8 +144,8 @@ class AlarmConfig:
                                   "completions hit sampling.max_tokens, alarms.steps steps in a row")
     steps: int = meta(3, min=1, doc="steps in a row the zero_variance and truncation alarms wait for")
     length_frac: float = meta(0.9, min=0.0, max=1.0, doc="length_limit alarm: the mean completion length, "
-                              "fitted by a line over the last alarms.window steps, reaches this fraction of "
-                              "sampling.max_tokens")
+                              "fitted by a line over the last alarms.window steps (their mean before), reaches "
+                              "this fraction of sampling.max_tokens")
     window: int = meta(5, min=2, doc="steps of the length_limit alarm's line fit")
     kl_max: float = meta(1.0, min=0.0, doc="kl alarm: a step's KL to the reference above this")
     clip_frac_max: float = meta(0.3, min=0.0, max=1.0, doc="clip_frac alarm: a step's fraction of clipped "
