@@ -185,7 +185,8 @@ class Workload:
                    reference=f.mode == "full" and (cfg.grpo.beta > 0 or s.mode == "frozen"),
                    reference_bits=f.reference_bits, lora_rank=f.lora.rank, lora_blocks=blocks,
                    lora_keys=tuple(f.lora.keys or ALL_LINEARS), group_size=s.group_size,
-                   puzzles_per_step=t.puzzles_per_step, micro_batch=micro, train_prompt=train_prompt, batch_size=s.batch_size, phases=phases)
+                   puzzles_per_step=t.puzzles_per_step, micro_batch=micro, train_prompt=train_prompt,
+                   batch_size=s.batch_size, phases=phases)
 
 
 # --- the estimate --------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def estimate(shape: ModelShape, work: Workload, steady: bool = True) -> Estimate
     parts = {"weights": weights, "reference": reference, "trainable": trainable, "optimizer": optimizer,
              "gradients": gradients, "activations": activations, "head": head}
     phases = {"update": resident + gradients + activations + head}
-    notes = {"update": f"micro-batch {m} x ({p} + {w}) tokens"}
+    notes = {"update": f"{m} completions of <= {w} tokens after a {p}-token prompt per forward/backward"}
     kv_per_position = shape.layers * 2 * shape.kv_heads * shape.head_dim * b
     for name, s in work.phases.items():
         batch = min(work.batch_size, s.completions)
@@ -252,7 +253,7 @@ def estimate(shape: ModelShape, work: Workload, steady: bool = True) -> Estimate
         prefill = s.prompt * shape.vocab * b  # the prefill's logits of every prompt position
         parts[f"{name} KV cache"] = kv
         phases[name] = resident + kv + prefill
-        notes[name] = f"{batch} sequences x {positions} positions"
+        notes[name] = f"{batch} sequences x {positions} positions of KV cache"
     return Estimate(parts, phases, notes)
 
 
@@ -286,10 +287,15 @@ def device_memory() -> tuple[int | None, str]:
 
 # --- the check -----------------------------------------------------------------------------------
 
+MAX_TOKENS_KEYS = {"sampling": "sampling.max_tokens", "eval": "train.eval_max_tokens",
+                   "calibration": "puzzles.calibration.max_tokens"}
+
+
 def fitting_settings(shape: ModelShape, work: Workload, limit: float) -> dict[str, int] | None:
     """The settings closest to `work` whose estimate stays within `limit`: first the largest
     train.micro_batch_size and sampling.batch_size (neither changes what is learned), then, if
-    even 1 and 1 do not fit, shorter completions. None when nothing fits."""
+    even 1 and 1 do not fit, shorter completions (each phase's limit capped; the keys of those
+    that change are named). None when nothing fits."""
     tokens = work.max_tokens
     while tokens >= 16:
         shorter = replace(work, phases={k: replace(s, max_tokens=min(s.max_tokens, tokens))
@@ -300,8 +306,11 @@ def fitting_settings(shape: ModelShape, work: Workload, limit: float) -> dict[st
                          lambda n: estimate(shape, replace(shorter, batch_size=n)).sampling_peak() <= limit)
         if micro and batch:
             out = {"train.micro_batch_size": micro, "sampling.batch_size": batch}
-            if tokens != work.max_tokens:
-                out["sampling.max_tokens"] = tokens
+            for name, s in work.phases.items():
+                if shorter.phases[name].max_tokens != s.max_tokens:
+                    # a phase that follows sampling.max_tokens (the config's null) needs no key of its own
+                    own = name == "sampling" or s.max_tokens != work.max_tokens
+                    out.update({MAX_TOKENS_KEYS[name]: tokens} if own else {})
             return out
         tokens //= 2
     return None
@@ -318,8 +327,7 @@ def _largest(start: int, fits: Callable[[int], bool]) -> int | None:
 
 def describe_settings(settings: dict[str, int], work: Workload) -> str:
     """Only the settings that change, as `key=value` pairs."""
-    current = {"train.micro_batch_size": work.micro_batch, "sampling.batch_size": work.batch_size,
-               "sampling.max_tokens": work.max_tokens}
+    current = {"train.micro_batch_size": work.micro_batch, "sampling.batch_size": work.batch_size}
     changed = [f"{k}={v}" for k, v in settings.items() if current.get(k) != v]
     return " ".join(changed) or "the same settings"
 
