@@ -5,6 +5,7 @@ once."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,38 @@ def test_each_alarm_trips_once_on_its_scripted_run(case):
     assert [(s, n) for s, n, _ in tripped_at] == [(first, ALARM_OF.get(case, case))]  # once, at the first step
     message = tripped_at[0][2]
     assert message and "\n" not in message
+
+
+def recorded_runs() -> dict[str, list[dict]]:
+    """Step curves of the project's recorded runs (docs/results), as history records."""
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    runs = {name: run["curves"] for name, run in json.loads((results / "learn.json").read_text())["runs"].items()}
+    quick = json.loads((results / "quickstart.json").read_text())
+    runs |= {f"quickstart {key}": quick[key] for key in ("mask_truncated: false (the quick start)",
+                                                          "mask_truncated: true")}
+    keys = ("reward_mean", "completion_len", "truncation_rate", "zero_var_frac")
+    return {name: [step(i + 1, **{k: c[k][i] for k in keys if k in c}) for i in range(len(c["reward_mean"]))]
+            for name, c in runs.items()}
+
+
+@pytest.mark.parametrize("name, expected", [
+    # seed 0 of the learning experiment: 97% of its completions truncated by step 15
+    ("onpolicy-s0", [(7, "length_limit"), (12, "truncation")]),
+    # the quick start with truncated completions masked: every completion truncated by step 15
+    ("quickstart mask_truncated: true", [(11, "length_limit"), (12, "truncation")]),
+    ("onpolicy-s1", []), ("frozen-s0", []), ("drgrpo-s0", []),
+    ("quickstart mask_truncated: false (the quick start)", []),
+])
+def test_recorded_runs(name, expected):
+    """The runs docs/results records: the two whose lengths ran into the limit trip well before
+    their end; the others stay quiet."""
+    replay, tripped = [], []
+    for record in recorded_runs()[name]:
+        replay.append(dict(record))
+        new = alarms.new_alarms(replay, [], DEFAULTS, MAX_TOKENS)
+        replay[-1]["alarms"] = alarms.as_records(new)
+        tripped += [(record["step"], a.name) for a in new]
+    assert tripped == expected
 
 
 def test_no_gradient_needs_completions_in_the_loss():
