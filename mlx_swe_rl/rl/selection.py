@@ -60,6 +60,7 @@ def select_training_puzzles(cfg: Config, model: Any, tokenizer: Any, env: Any, c
     if dist.is_main():
         chosen_ids = {p.id for p in _main_rank_choice(cfg, model, tokenizer, env, candidates, run_dir, reuse,
                                                       may_calibrate, progress, log)}
+    dist.barrier("rank 0's calibration", timeout=False)  # minutes of work on rank 0 alone
     flags = dist.broadcast({str(i): float(p.id in chosen_ids) for i, p in enumerate(candidates)})
     chosen = [p for i, p in enumerate(candidates) if flags[str(i)]]
     if not chosen:

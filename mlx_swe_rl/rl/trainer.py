@@ -443,6 +443,10 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
           stop_after: int | None = None, log: Callable[[str], None] = print) -> RunResult:
     """Run (or resume) a training run as configured; returns what it recorded.
 
+    Before any weight is loaded, the memory preflight (memory.py) stops a run that cannot fit;
+    with `puzzles.select: mixed` the training puzzles come from a calibration with the initial
+    weights (selection.py); after each step the alarms (alarms.py) say whether it still learns.
+
     `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
     run after that step as if it had been killed there (checkpoints as configured).
     Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
