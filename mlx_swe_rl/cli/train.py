@@ -16,7 +16,8 @@ from .options import fail
               help="Override a config key, e.g. --set grpo.beta=0 (repeatable).")
 @click.option("--resume", is_flag=True, help="Continue the run from its last checkpoint.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, quiet: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print the run's memory estimate and exit without training.")
+def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, quiet: bool, dry_run: bool) -> None:
     """Train a model with on-policy GRPO on the puzzles."""
     from ..rl.config import ConfigError, load_config
     from ..models.specs import ModelError
@@ -24,11 +25,15 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
     from ..rl.trainer import TrainingError, train
     from ..sandbox.pool import ConfinementError
     from ..puzzles.trainset import TrainSetError
+    from ..rl.memory import MemoryCheckError
 
     try:
         cfg = load_config(config_path, list(overrides))
+        if dry_run:
+            return estimate_only(cfg, str(config_path or "the default config"))
         result = train(cfg, resume=resume, progress=not quiet, log=click.echo)
-    except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
+    except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError,
+            MemoryCheckError) as exc:
         fail(str(exc))
     from ..rl.distributed import is_main
 
@@ -42,3 +47,12 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
         click.echo(f"steps {first['step']}-{last['step']}: reward mean {first['reward_mean']:.3f} -> "
                    f"{last['reward_mean']:.3f}, {steps_s:.1f}s/step, peak memory {peak:.2f} GB")
     click.echo(f"run directory: {result.run_dir} (adapters load with --adapter-path {result.run_dir})")
+
+
+def estimate_only(cfg, title: str) -> None:
+    """--dry-run: the memory estimate of the run's phases, and whether it fits (exit 1 if not)."""
+    from ..rl.memory import dry_run
+    from ..rl.trainer import eval_puzzles, training_puzzles
+
+    puzzles = training_puzzles(cfg)
+    dry_run(cfg, puzzles, eval_puzzles(cfg, puzzles), title, click.echo)

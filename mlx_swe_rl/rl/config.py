@@ -56,11 +56,24 @@ class PromptConfig:
 
 
 @dataclass
+class CalibrationConfig:
+    group_size: int | None = meta(None, min=2, doc="completions per puzzle (null = sampling.group_size)")
+    temperature: float | None = meta(None, min=0.0, doc="sampling temperature, > 0 (null = sampling.temperature)")
+    max_tokens: int | None = meta(None, min=1, doc="new tokens per completion (null = sampling.max_tokens)")
+    rounds: int = meta(4, min=1, doc="sample G in this many rounds, stopping a puzzle once it is mixed "
+                       "(the same choice, fewer tokens)")
+
+
+@dataclass
 class PuzzleConfig:
     dir: str | None = meta(None, doc="puzzle directory (null = bundled puzzles)")
     train_set: str | None = meta(None, doc="train-set JSON from `rollouts --write-train-set` (overrides tiers)")
     tiers: list[str] | None = meta(None, doc="tiers to train on (null = all)")
     split: str = meta("train", choices=("train", "heldout", "all"), doc="split to train on")
+    select: str = meta("all", choices=("all", "mixed"), doc="all: train on every puzzle chosen above; mixed: "
+                       "calibrate them with the initial weights first and train on the mixed ones (cached in "
+                       "the run directory, reused by --resume)")
+    calibration: CalibrationConfig = meta(factory=CalibrationConfig)
 
 
 @dataclass
@@ -127,6 +140,32 @@ class TrainConfig:
                                       "--write-train-set) to evaluate on, instead of every puzzle of eval_tiers")
     eval_samples: int = meta(1, min=1, doc="completions per puzzle in evals: 1 = greedy; K > 1 = avg@K at "
                              "sampling.temperature, with 95% CIs and the paired change before -> after")
+    memory_check: bool = meta(True, doc="estimate the run's peak memory before loading the model; stop when it "
+                              "exceeds what the device offers (false: skip the check)")
+
+
+@dataclass
+class AlarmConfig:
+    """Thresholds of the alarms (alarms.py): one line each, printed once when it trips."""
+
+    enabled: bool = meta(True, doc="print and record alarms for runs that silently stop learning (false: none)")
+    zero_var_frac: float = meta(0.8, min=0.0, max=1.0, doc="zero_variance alarm: at least this fraction of "
+                                "groups has equal rewards (no signal), alarms.steps steps in a row")
+    truncation_rate: float = meta(0.5, min=0.0, max=1.0, doc="truncation alarm: at least this fraction of "
+                                  "completions hit sampling.max_tokens, alarms.steps steps in a row")
+    steps: int = meta(3, min=1, doc="steps in a row the zero_variance and truncation alarms wait for")
+    length_frac: float = meta(0.9, min=0.0, max=1.0, doc="length_limit alarm: the mean completion length, "
+                              "fitted by a line over the last alarms.window steps (their mean before), reaches "
+                              "this fraction of sampling.max_tokens")
+    window: int = meta(5, min=2, doc="steps of the length_limit alarm's line fit")
+    kl_max: float = meta(1.0, min=0.0, doc="kl alarm: a step's KL to the reference above this")
+    clip_frac_max: float = meta(0.3, min=0.0, max=1.0, doc="clip_frac alarm: a step's fraction of clipped "
+                                "ratios above this (grpo.num_iterations > 1)")
+    eval_drop: float = meta(0.05, min=0.0, doc="reward_vs_eval alarm: the latest periodic eval's pass@1 fell at "
+                            "least this far below the best earlier eval (eval-before included) while the step "
+                            "reward rose by alarms.reward_rise")
+    reward_rise: float = meta(0.05, min=0.0, doc="reward_vs_eval alarm: the step reward's rise since that best "
+                              "eval (a least-squares line) that counts as rising")
 
 
 @dataclass
@@ -154,6 +193,7 @@ class Config:
     finetune: FinetuneConfig = meta(factory=FinetuneConfig)
     optim: OptimConfig = meta(factory=OptimConfig)
     train: TrainConfig = meta(factory=TrainConfig)
+    alarms: AlarmConfig = meta(factory=AlarmConfig)
     sandbox: SandboxConfig = meta(factory=SandboxConfig)
 
     @property

@@ -19,6 +19,7 @@ update one process would; rank 0 alone writes the run directory and evaluates.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -34,8 +35,9 @@ import numpy as np
 import yaml
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
+from . import alarms, memory
 from . import distributed as dist
-from .config import Config, to_dict
+from .config import AlarmConfig, Config, to_dict
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
@@ -43,6 +45,7 @@ from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs
 from ..puzzles.format import Puzzle
 from ..runfiles import run_metadata, write_json_atomic
 from .rollouts import RolloutBatch, collect_rollouts
+from .selection import SelectionError, check_settings, select_training_puzzles
 from .stats import compare_reports, format_changes
 from ..models import fastmath
 from ..models.sampling import SampleStats
@@ -382,7 +385,8 @@ def truncate_history(path: Path, last_step: int) -> None:
 # Keys that may change on resume: where the run lives, how many sandbox workers, how long it
 # runs and how it is evaluated. Everything else shapes the weights.
 RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
-               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples", "train.eval_set"}
+               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples", "train.eval_set",
+               "train.memory_check", *(f"alarms.{f.name}" for f in dataclasses.fields(AlarmConfig))}
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> None:
@@ -439,6 +443,10 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
           stop_after: int | None = None, log: Callable[[str], None] = print) -> RunResult:
     """Run (or resume) a training run as configured; returns what it recorded.
 
+    Before any weight is loaded, the memory preflight (memory.py) stops a run that cannot fit;
+    with `puzzles.select: mixed` the training puzzles come from a calibration with the initial
+    weights (selection.py); after each step the alarms (alarms.py) say whether it still learns.
+
     `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
     run after that step as if it had been killed there (checkpoints as configured).
     Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
@@ -451,25 +459,18 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     if not main:
         progress, log = False, _quiet
     run_dir = cfg.run_dir
-    checkpoint = open_run_dir(run_dir, cfg, resume) if main else None
-
-    puzzles = training_puzzles(cfg)
+    puzzles = training_puzzles(cfg)  # with puzzles.select: mixed, the candidates
     if not puzzles:
         raise TrainingError("no training puzzles match the puzzles section of the config")
+    own_env = env is None
+    eval_set = eval_puzzles(cfg, puzzles) if own_env else []
+    check_before_loading(cfg, puzzles, eval_set, log)
+    checkpoint = open_run_dir(run_dir, cfg, resume) if main else None
+
     policy = build_policy(cfg)
     optimizer = make_optimizer(cfg)
     start_step = 0
-    if resume and main:
-        if checkpoint is not None:
-            start_step = load_checkpoint(checkpoint, policy, optimizer)
-        for name in ("history.jsonl", "rollouts.jsonl"):
-            truncate_history(run_dir / name, start_step)
-        log(f"resuming {run_dir} after step {start_step}" if checkpoint is not None else
-            f"no checkpoint in {run_dir} yet: restarting it from step 0")
-
     result = RunResult(run_dir)
-    own_env = env is None
-    eval_set = eval_puzzles(cfg, puzzles) if own_env else []
     if own_env:
         scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
                         require_confinement=cfg.sandbox.require_confinement)
@@ -477,6 +478,17 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward, cfg.prompt.format,
                          cfg.reward_without_tests)
     try:
+        with policy.sampling_model() as initial:  # before any checkpoint is loaded: the initial weights
+            puzzles = select_training_puzzles(cfg, initial, policy.tokenizer, env, puzzles, run_dir, reuse=resume,
+                                              may_calibrate=checkpoint is None, progress=progress, log=log)
+        if resume and main:
+            if checkpoint is not None:
+                start_step = load_checkpoint(checkpoint, policy, optimizer)
+            for name in ("history.jsonl", "rollouts.jsonl"):
+                truncate_history(run_dir / name, start_step)
+            log(f"resuming {run_dir} after step {start_step}" if checkpoint is not None else
+                f"no checkpoint in {run_dir} yet: restarting it from step 0")
+        seen = read_history(run_dir / "history.jsonl") if main and start_step else []  # for the alarms
         start_step = sync_ranks(policy, optimizer, start_step)
 
         def run_eval(name: str, label: str) -> dict[str, Any] | None:
@@ -512,6 +524,9 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             groups = dist.unshard([[{"step": step, "puzzle_id": puzzle.id, "reward": r.reward, "solved": r.solved,
                                      "completion": r.sample.text} for r in group]
                                    for puzzle, group in zip(rollouts.puzzles, rollouts.groups)])
+            if main:
+                seen.append(record)
+                sound_alarms(seen, policy, run_dir, log)
             result.history.append(record)
             if main:
                 append_jsonl(run_dir / "history.jsonl", record)
@@ -531,7 +546,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             bar.close()
         if cfg.train.final_eval and eval_set:
             result.eval_after = run_eval("after", "after")
-    except dist.DistributedError as exc:
+    except (dist.DistributedError, SelectionError) as exc:
         raise TrainingError(str(exc)) from exc
     finally:
         if own_env:
@@ -552,6 +567,41 @@ def open_run_dir(run_dir: Path, cfg: Config, resume: bool) -> Path | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return checkpoint
+
+
+def check_before_loading(cfg: Config, puzzles: list[Puzzle], eval_set: list[Puzzle],
+                         log: Callable[[str], None]) -> None:
+    """Settings that cannot work, and the memory preflight (memory.py), before any weight is
+    loaded or sampled from: a run that would not fit stops in seconds, with one line."""
+    try:
+        check_settings(cfg)
+        if cfg.train.memory_check:
+            memory.preflight(cfg, puzzles, eval_set, log)
+    except (SelectionError, memory.MemoryCheckError) as exc:
+        raise TrainingError(str(exc)) from None
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """The records of history.jsonl (none when it does not exist)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def sound_alarms(history: list[dict[str, Any]], policy: Policy, run_dir: Path, log: Callable[[str], None]) -> None:
+    """After a step (the last record of `history`): the one-time LoRA B check after the first
+    update, then every alarm that trips for the first time, logged and added to the record."""
+    cfg, record = policy.config, history[-1]
+    if record["loss_completions"] and not any("lora_b_zero" in h for h in history):
+        zero = alarms.lora_b_all_zero(policy.model)
+        if zero is not None:
+            record["lora_b_zero"] = zero
+    tripped = alarms.new_alarms(history, alarms.eval_points(run_dir, record["step"]), cfg.alarms,
+                                cfg.sampling.max_tokens)
+    if tripped:
+        record["alarms"] = alarms.as_records(tripped)
+    for alarm in tripped:
+        log(alarm.line(record["step"]))
 
 
 def sync_ranks(policy: Policy, optimizer: optim.Optimizer, start_step: int) -> int:
