@@ -289,6 +289,33 @@ def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, ro
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port on 127.0.0.1 (0 = any free port).")
+@click.option("--open", "open_browser", is_flag=True, help="Also open the page in the default browser.")
+def watch(run_dir: Path, port: int, open_browser: bool) -> None:
+    """Serve a live page of a run (finished or still going) on 127.0.0.1: curves, rollouts
+    with diffs and test outcomes, evaluations, config and alarms, from RUN_DIR's files."""
+    from ..reports.watch import WatchError, open_server
+
+    try:
+        server = open_server(run_dir, port)
+    except WatchError as exc:
+        fail(str(exc))
+    click.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@main.command()
 @click.argument("comparison_file", type=click.Path(path_type=Path))
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def compare(comparison_file: Path, quiet: bool) -> None:
