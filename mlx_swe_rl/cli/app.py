@@ -316,6 +316,36 @@ def watch(run_dir: Path, port: int, open_browser: bool) -> None:
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory for the exported model.")
+@click.option("--gguf", is_flag=True, help="Also write OUT/model.gguf with mlx-lm's GGUF conversion.")
+@click.option("--check-puzzles", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Puzzles whose greedy completions must match the adapter model's (0 = no check).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="New tokens per checked completion.")
+@click.option("--puzzles", "puzzle_dir", type=click.Path(path_type=Path), default=None,
+              help="Check on these puzzles (directory or puzzle-set file) instead of the run's evaluation puzzles.")
+def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens: int, puzzle_dir: Path | None) -> None:
+    """Export a run as a standalone mlx-lm model (LoRA adapters fused with mlx-lm's fuse), then
+    check that its greedy completions equal the adapter model's token for token."""
+    from ..models.gguf import GGUFError
+    from ..models.specs import ModelError
+    from ..rl.export import ExportError, export_run
+
+    chosen = select_puzzles(puzzle_dir, None, "all") if puzzle_dir is not None else None
+    try:
+        result = export_run(run_dir, out, check_count=check_puzzles, max_tokens=max_tokens, gguf=gguf,
+                            puzzles=chosen, log=click.echo)
+    except (ExportError, GGUFError, ModelError) as exc:
+        fail(str(exc))
+    if not result.ok:
+        failed = next(c for c in result.checks if not c.ok)
+        fail(f"{failed.line()}; the export in {out} is kept for inspection ({out / 'export.json'})")
+    if not result.checks:
+        click.echo("not checked (--check-puzzles 0)")
+
+
+@main.command()
 @click.argument("comparison_file", type=click.Path(path_type=Path))
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def compare(comparison_file: Path, quiet: bool) -> None:
