@@ -303,8 +303,11 @@ function drawEvals(d) {
       "train.final_eval is off and no periodic evaluation (train.eval_every) has run.";
     return replace(box, el("div", {class: "empty", text: "No evaluation yet: " + wanted}));
   }
-  const keys = [];
+  let keys = [];
   for (const e of d.evals) for (const t of e.totals) if (!keys.includes(totalKey(t))) keys.push(totalKey(t));
+  // with one tier the "all" rows repeat that tier's: leave them out
+  const tiers = new Set(d.evals.flatMap(e => e.totals.filter(t => t.tier !== undefined && t.tier !== "all").map(t => t.tier)));
+  if (tiers.size === 1) keys = keys.filter(k => !k.startsWith("all / "));
   const find = (e, key) => e.totals.find(t => totalKey(t) === key);
   const steps = d.evals.filter(e => e.name.startsWith("step-"));
   const colour = e => evalColour(e.name, steps.indexOf(e), steps.length);
@@ -418,7 +421,8 @@ function puzzleCard(p, step) {
     title: (r.solved ? "solved" : "not solved") + (r.truncated ? ", truncated" : ""),
     onclick: () => { state.selected[id] = i; chips.querySelectorAll(".chip").forEach((c, j) => c.classList.toggle("sel", j === i));
                      replace(detail, rolloutDetail(p, p.rollouts[i])); }},
-    "#" + (i + 1) + " " + fmt(r.reward, 2), r.truncated ? el("span", {class: "t", text: "cut"}) : null)));
+    "#" + (i + 1) + " " + (r.solved ? "\u2713" : "\u2717") + (r.reward !== 0 && r.reward !== 1 ? " " + fmt(r.reward, 2) : ""),
+    r.truncated ? el("span", {class: "t", text: "cut"}) : null)));
   card.append(
     el("div", {class: "puzzle-head"}, el("span", {class: "pid", text: p.id}), p.tier ? el("span", {class: "tier", text: p.tier}) : null,
        el("span", {class: "score", text: p.solved + "/" + p.rollouts.length + " solved \u00B7 mean reward " + fmt(p.mean_reward)})),
