@@ -130,6 +130,21 @@ def test_a_full_fine_tune_exports_its_saved_weights(tmp_path, tiny_model_dir):
     assert all(np.array_equal(np.array(saved[k]), np.array(exported[k])) for k in saved)
 
 
+def test_dtype_chooses_the_exported_weights_and_the_reference(lora_run, tmp_path):
+    """A bfloat16 run fused in bfloat16 rounds W + s A B; --dtype float32 exports (and checks
+    against) the adapter model in float32 instead."""
+    import shutil
+
+    run = tmp_path / "bf16-run"
+    shutil.copytree(lora_run, run)
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("dtype: float32", "dtype: bfloat16"))
+    out = tmp_path / "out"
+    result = export(run, out, "--dtype", "float32")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "export.json").read_text())["meta"]["dtype"] == "float32"
+    assert {v.dtype for v in mx.load(str(out / "model.safetensors")).values()} == {mx.float32}
+
+
 def test_gguf_export_of_a_llama_model_reads_back_to_the_same_completions(tmp_path, llama_dir):
     run = trained_run(tmp_path, llama_dir, "llama")
     out = tmp_path / "out"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..models.specs import DTYPES
 from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 from ..runfiles import write_json_atomic
 from .options import (fail, model_options, model_report, open_scorer, puzzle_options, sampling_options,
@@ -198,7 +199,7 @@ def fetch(spec: str) -> None:
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--dequantize", is_flag=True, help="Write float weights instead of keeping quantized ones.")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default=None,
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="dtype for float weights (default: float32 when dequantizing, else as stored).")
 def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | None) -> None:
     """Convert a GGUF file (LLaMA or Qwen2 architecture) into an mlx-lm model directory OUT.
@@ -325,7 +326,11 @@ def watch(run_dir: Path, port: int, open_browser: bool) -> None:
               help="New tokens per checked completion.")
 @click.option("--puzzles", "puzzle_dir", type=click.Path(path_type=Path), default=None,
               help="Check on these puzzles (directory or puzzle-set file) instead of the run's evaluation puzzles.")
-def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens: int, puzzle_dir: Path | None) -> None:
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="dtype of the exported weights and of the adapter model they are checked against "
+                   "(default: the run's model.dtype).")
+def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens: int, puzzle_dir: Path | None,
+           dtype: str | None) -> None:
     """Export a run as a standalone mlx-lm model (LoRA adapters fused with mlx-lm's fuse), then
     check that its greedy completions equal the adapter model's token for token."""
     from ..models.gguf import GGUFError
@@ -335,7 +340,7 @@ def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens:
     chosen = select_puzzles(puzzle_dir, None, "all") if puzzle_dir is not None else None
     try:
         result = export_run(run_dir, out, check_count=check_puzzles, max_tokens=max_tokens, gguf=gguf,
-                            puzzles=chosen, log=click.echo)
+                            puzzles=chosen, dtype=dtype, log=click.echo)
     except (ExportError, GGUFError, ModelError) as exc:
         fail(str(exc))
     if not result.ok:

@@ -232,6 +232,7 @@ class RunWatcher:
     evals: dict[str, CachedFile] = field(default_factory=dict)
     _puzzles: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _index_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.history = JsonlTail(self.run_dir / "history.jsonl")
@@ -284,7 +285,7 @@ class RunWatcher:
             if step is None:
                 step = max((r["step"] for r in rollouts if isinstance(r.get("step"), int)), default=None)
             chosen = [r for r in rollouts if r.get("step") == step]
-            puzzles = self._puzzle_index() if chosen else {}
+        puzzles = self._puzzle_index() if chosen else {}
         groups: dict[str, dict[str, Any]] = {}
         for r in chosen:
             pid = str(r.get("puzzle_id", "?"))
@@ -302,8 +303,13 @@ class RunWatcher:
         return _finite({"step": step, "puzzles": list(groups.values())})
 
     def _puzzle_index(self) -> dict[str, Any]:
-        if self._puzzles is None:  # loaded once: a forged set is a thousand YAML files
-            self._puzzles = load_puzzle_index((self.config.read() or {}).get("values") or {}, self.run_dir)
+        # Loaded once, outside the data lock: a forged set is a thousand YAML files, and the
+        # page's polls should not wait for them.
+        with self._index_lock:
+            if self._puzzles is None:
+                with self._lock:
+                    values = (self.config.read() or {}).get("values") or {}
+                self._puzzles = load_puzzle_index(values, self.run_dir)
         return self._puzzles
 
     def _last_change(self) -> float | None:

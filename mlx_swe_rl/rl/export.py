@@ -64,6 +64,7 @@ class ExportResult:
     mode: str  # lora (fused) or full
     fused_layers: int
     seconds: float  # load, fuse and save
+    reference_seconds: float = 0.0  # the adapter model's greedy completions
     checks: list[CheckResult] = field(default_factory=list)
     gguf: Path | None = None
     gguf_seconds: float = 0.0
@@ -149,10 +150,12 @@ def fuse_adapters(model: Any) -> int:
 
 
 def export_run(run_dir: Path, out: Path, *, check_count: int = 8, max_tokens: int = 128, gguf: bool = False,
-               puzzles: list[Puzzle] | None = None, log: Callable[[str], None] = print) -> ExportResult:
+               puzzles: list[Puzzle] | None = None, dtype: str | None = None,
+               log: Callable[[str], None] = print) -> ExportResult:
     """Export `run_dir` as an mlx-lm model directory `out` (and with `gguf` a GGUF file in it),
     then check it against the adapter model on `check_count` puzzles (0 skips the check).
-    The result says whether every check passed; `out` is kept either way."""
+    `dtype` (default: the run's `model.dtype`) is that of the adapter model and of the exported
+    weights. The result says whether every check passed; `out` is kept either way."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
@@ -169,61 +172,63 @@ def export_run(run_dir: Path, out: Path, *, check_count: int = 8, max_tokens: in
     if gguf:
         gguf_refusal(base, base_config)
     chosen = spread(puzzles, check_count) if puzzles is not None else check_puzzles(cfg, check_count)
+    if check_count and not chosen:
+        raise ExportError("no puzzles to check the export on (pass --puzzles, or --check-puzzles 0 to skip the check)")
     mode = json.loads((run_dir / "adapter_config.json").read_text()).get("fine_tune_type", "lora")
 
     start = time.perf_counter()
     try:
-        model, tokenizer = load_model(cfg.model.spec, adapter=run_dir, dtype=cfg.model.dtype, progress=False)
+        model, tokenizer = load_model(cfg.model.spec, adapter=run_dir, dtype=dtype or cfg.model.dtype, progress=False)
     except ModelError as exc:
         raise ExportError(str(exc)) from None
-    reference: list[tuple[list[int], list[int]]] = []
-    check_start = time.perf_counter()
+    load_seconds = time.perf_counter() - start
+    # The adapter model's completions come first: fusing replaces its LoRA layers in place.
+    reference, reference_seconds = [], 0.0
     if chosen:
         reference = greedy_tokens(model, tokenizer, chosen, max_tokens, cfg.sampling.batch_size)
-        log(f"adapter model: greedy completions of {len(chosen)} puzzles ({time.perf_counter() - check_start:.1f}s)")
-    check_seconds = time.perf_counter() - check_start
-    fuse_start = time.perf_counter()
+        reference_seconds = time.perf_counter() - start - load_seconds
+        log(f"adapter model: greedy completions of {len(chosen)} puzzles ({reference_seconds:.1f}s)")
+    start = time.perf_counter()
     fused = fuse_adapters(model) if mode != "full" else 0
     save_model_dir(out, base, model, tokenizer, base_config)
-    result = ExportResult(out, mode, fused, time.perf_counter() - fuse_start + (check_start - start))
+    result = ExportResult(out, mode, fused, load_seconds + time.perf_counter() - start,
+                          reference_seconds=reference_seconds)
     log(f"wrote {out}: {cfg.model.spec} with the {mode} weights of {run_dir}"
         + (f" ({fused} LoRA layers fused)" if mode != "full" else "") + f" in {result.seconds:.1f}s")
     if gguf:
         result.gguf = out / "model.gguf"
-        gguf_start = time.perf_counter()
+        start = time.perf_counter()
         write_gguf(out, dict(tree_flatten(model.parameters())), base_config, result.gguf)
-        result.gguf_seconds = time.perf_counter() - gguf_start
+        result.gguf_seconds = time.perf_counter() - start
         log(f"wrote {result.gguf} ({result.gguf.stat().st_size / 1e6:.0f} MB) in {result.gguf_seconds:.1f}s")
-    del model
+    del model  # the checks load the export afresh, as a user would
     mx.clear_cache()
 
     if chosen:
         result.checks.append(check_export("mlx-lm directory", out, chosen, reference, max_tokens,
-                                          cfg.sampling.batch_size, check_seconds))
+                                          cfg.sampling.batch_size))
         log(result.checks[-1].line())
         if result.gguf is not None:
-            result.checks.append(check_gguf(result.gguf, chosen, reference, max_tokens, cfg.sampling.batch_size,
-                                            check_seconds))
+            result.checks.append(check_gguf(result.gguf, chosen, reference, max_tokens, cfg.sampling.batch_size))
             log(result.checks[-1].line())
-    write_record(out, run_dir, cfg, result)
+    write_record(out, run_dir, cfg, dtype or cfg.model.dtype, result)
     return result
 
 
 def check_export(what: str, directory: Path, puzzles: list[Puzzle], reference: list[tuple[list[int], list[int]]],
-                 max_tokens: int, batch_size: int, reference_seconds: float) -> CheckResult:
+                 max_tokens: int, batch_size: int) -> CheckResult:
     """Load the exported model from `directory` as a user would and compare its greedy
-    completions with the adapter model's."""
+    completions with the adapter model's (`seconds`: loading and sampling the export)."""
     from ..models.specs import load_model
 
     start = time.perf_counter()
     model, tokenizer = load_model(str(directory), progress=False)
     exported = greedy_tokens(model, tokenizer, puzzles, max_tokens, batch_size)
-    return compare(what, puzzles, reference, exported, max_tokens,
-                   reference_seconds + time.perf_counter() - start)
+    return compare(what, puzzles, reference, exported, max_tokens, time.perf_counter() - start)
 
 
 def check_gguf(path: Path, puzzles: list[Puzzle], reference: list[tuple[list[int], list[int]]], max_tokens: int,
-               batch_size: int, reference_seconds: float) -> CheckResult:
+               batch_size: int) -> CheckResult:
     """Read the GGUF file back with the project's importer (tokenizer included) and compare
     its greedy completions with the adapter model's."""
     from ..models.gguf import GGUFError, import_gguf
@@ -234,7 +239,7 @@ def check_gguf(path: Path, puzzles: list[Puzzle], reference: list[tuple[list[int
         except GGUFError as exc:
             return CheckResult("GGUF", [p.id for p in puzzles], max_tokens,
                                differing=[{"puzzle": "all", "where": f"cannot be read back: {exc}"}])
-        return check_export("GGUF", imported, puzzles, reference, max_tokens, batch_size, reference_seconds)
+        return check_export("GGUF", imported, puzzles, reference, max_tokens, batch_size)
 
 
 def save_model_dir(out: Path, base: Path, model: Any, tokenizer: Any, config: dict[str, Any]) -> None:
@@ -294,14 +299,14 @@ def write_gguf(out: Path, weights: dict[str, Any], config: dict[str, Any], path:
         mx.save_gguf(str(path), tensors, {**metadata, **tokenizer})
 
 
-def write_record(out: Path, run_dir: Path, cfg: Config, result: ExportResult) -> None:
+def write_record(out: Path, run_dir: Path, cfg: Config, dtype: str, result: ExportResult) -> None:
     """export.json in the exported directory: the run, the base model and the checks."""
     from ..runfiles import run_metadata, write_json_atomic
 
     write_json_atomic(out / EXPORT_FILE, {
-        "meta": run_metadata(cfg.model.spec, run_dir, cfg.model.dtype),
+        "meta": run_metadata(cfg.model.spec, run_dir, dtype),
         "run_dir": str(run_dir.resolve()), "mode": result.mode, "fused_layers": result.fused_layers,
         "seconds": result.seconds, "gguf": str(result.gguf) if result.gguf else None,
-        "gguf_seconds": result.gguf_seconds,
+        "gguf_seconds": result.gguf_seconds, "reference_seconds": result.reference_seconds,
         "checks": [{**asdict(c), "ok": c.ok} for c in result.checks], "ok": result.ok,
     })

@@ -135,7 +135,7 @@ function drawAlarms(d) {
           el("ul", {}, items));
 }
 
-function series(h, key) { return h.filter(r => num(r[key])).map(r => [r.step, r[key]]); }
+function series(h, key) { return h.filter(r => num(r.step) && num(r[key])).map(r => [r.step, r[key]]); }
 function mean(values) { return values.length ? values.reduce((a, b) => a + b, 0) / values.length : NaN; }
 
 function tile(label, value, note, noteClass) {
