@@ -17,6 +17,7 @@ from mlx_swe_rl.models.gguf import read_gguf_metadata
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.export import ExportError, export_run
 from mlx_swe_rl.rl.trainer import train
+from mlx_swe_rl.runfiles import default_mode
 
 CHECK = ["--check-puzzles", "4", "--max-tokens", "24"]
 
@@ -75,6 +76,7 @@ def test_an_exported_lora_run_passes_its_check_and_loads_with_mlx_lm(lora_run, t
     assert "identical to the adapter model's on 4 of 4 puzzles" in result.output
     record = json.loads((out / "export.json").read_text())
     assert record["ok"] and record["mode"] == "lora" and record["fused_layers"] == 14  # 2 blocks x 7 linears
+    assert out.stat().st_mode & 0o777 == default_mode(directory=True)  # not mkdtemp's private 0700
     assert record["checks"][0]["puzzles"] and not record["checks"][0]["differing"]
     model, tokenizer = load(str(out))  # a plain mlx-lm model: no adapters, no LoRA parameters
     names = dict(tree_flatten(model.parameters()))

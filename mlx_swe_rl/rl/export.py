@@ -247,8 +247,11 @@ def save_model_dir(out: Path, base: Path, model: Any, tokenizer: Any, config: di
     base model's generation_config.json, written beside `out` and renamed into place."""
     from mlx_lm.utils import save
 
+    from ..runfiles import default_mode
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staging.chmod(default_mode(directory=True))  # mkdtemp's 0700 would hide the model from other users
     try:
         save(staging, base, model, tokenizer, dict(config), donate_model=False)
         if out.exists():
