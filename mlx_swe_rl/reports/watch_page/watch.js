@@ -102,10 +102,13 @@ function runStatus(d) {
   const h = d.history, last = h.length ? h[h.length - 1].step : 0;
   const names = d.evals.map(e => e.name);
   if (names.includes("after")) return ["finished", "finished"];
-  if (d.total_steps && last >= d.total_steps) return d.final_eval ? ["evaluating", "final evaluation"] : ["finished", "finished"];
+  const done = d.total_steps && last >= d.total_steps;
+  if (done && !d.final_eval) return ["finished", "finished"];
+  // files only: a run that wrote nothing for a long while may have stopped
   const quiet = d.now - (d.updated || d.now);
   const stepS = h.length ? h[h.length - 1].step_s || 0 : 0;
-  if (quiet > Math.max(600, 5 * stepS)) return ["idle", "no new step for " + duration(quiet)];
+  if (quiet > Math.max(600, 5 * stepS)) return ["idle", "no file change for " + duration(quiet) + " (stopped?)"];
+  if (done) return ["evaluating", "final evaluation"];
   if (!h.length) return ["running", d.final_eval ? "evaluating before training" : "starting"];
   return ["running", "training"];
 }
