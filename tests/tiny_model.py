@@ -52,25 +52,28 @@ def write_tokenizer(out: Path, vocab_size: int = 512) -> None:
 
 
 def make_tiny_model(out: Path, *, seed: int = 0, hidden: int = 64, layers: int = 2,
-                    vocab_size: int = 512) -> Path:
-    """Write a tiny Qwen2 mlx-lm model directory at `out` and return it."""
+                    vocab_size: int = 512, arch: str = "qwen2") -> Path:
+    """Write a tiny mlx-lm model directory (Qwen2, or `arch="llama"`) at `out` and return it."""
+    import importlib
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm.models import qwen2
+
+    module = importlib.import_module(f"mlx_lm.models.{arch}")
 
     out.mkdir(parents=True, exist_ok=True)
     write_tokenizer(out, vocab_size)
     vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
     n_vocab = max(vocab.values()) + 1
     config = {
-        "model_type": "qwen2", "hidden_size": hidden, "num_hidden_layers": layers,
+        "model_type": arch, "hidden_size": hidden, "num_hidden_layers": layers,
         "intermediate_size": 2 * hidden, "num_attention_heads": 4, "num_key_value_heads": 2,
         "rms_norm_eps": 1e-6, "vocab_size": n_vocab, "rope_theta": 10000.0,
         "max_position_embeddings": 4096, "tie_word_embeddings": True,
         "eos_token_id": vocab["<|im_end|>"],
     }
     mx.random.seed(seed)
-    model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
+    model = module.Model(module.ModelArgs.from_dict(config))
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(out / "model.safetensors"), weights)
     (out / "config.json").write_text(json.dumps(config, indent=1))

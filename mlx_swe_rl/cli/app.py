@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..models.specs import DTYPES
 from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 from ..runfiles import write_json_atomic
 from .options import (fail, model_options, model_report, open_scorer, puzzle_options, sampling_options,
@@ -251,7 +252,7 @@ def fetch(spec: str) -> None:
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--dequantize", is_flag=True, help="Write float weights instead of keeping quantized ones.")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default=None,
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="dtype for float weights (default: float32 when dequantizing, else as stored).")
 def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | None) -> None:
     """Convert a GGUF file (LLaMA or Qwen2 architecture) into an mlx-lm model directory OUT.
@@ -340,6 +341,67 @@ def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, ro
         fail(f"{run_dir}: unexpected file content ({exc})")
     for path in written:
         click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port on 127.0.0.1 (0 = any free port).")
+@click.option("--open", "open_browser", is_flag=True, help="Also open the page in the default browser.")
+def watch(run_dir: Path, port: int, open_browser: bool) -> None:
+    """Serve a live page of a run (finished or still going) on 127.0.0.1: curves, rollouts
+    with diffs and test outcomes, evaluations, config and alarms, from RUN_DIR's files."""
+    from ..reports.watch import WatchError, open_server
+
+    try:
+        server = open_server(run_dir, port)
+    except WatchError as exc:
+        fail(str(exc))
+    click.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory for the exported model.")
+@click.option("--gguf", is_flag=True, help="Also write OUT/model.gguf with mlx-lm's GGUF conversion.")
+@click.option("--check-puzzles", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Puzzles whose greedy completions must match the adapter model's (0 = no check).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="New tokens per checked completion.")
+@click.option("--puzzles", "puzzle_dir", type=click.Path(path_type=Path), default=None,
+              help="Check on these puzzles (directory or puzzle-set file) instead of the run's evaluation puzzles.")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="dtype of the exported weights and of the adapter model they are checked against "
+                   "(default: the run's model.dtype).")
+def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens: int, puzzle_dir: Path | None,
+           dtype: str | None) -> None:
+    """Export a run as a standalone mlx-lm model (LoRA adapters fused with mlx-lm's fuse), then
+    check that its greedy completions equal the adapter model's token for token."""
+    from ..models.gguf import GGUFError
+    from ..models.specs import ModelError
+    from ..rl.export import ExportError, export_run
+
+    chosen = select_puzzles(puzzle_dir, None, "all") if puzzle_dir is not None else None
+    try:
+        result = export_run(run_dir, out, check_count=check_puzzles, max_tokens=max_tokens, gguf=gguf,
+                            puzzles=chosen, dtype=dtype, log=click.echo)
+    except (ExportError, GGUFError, ModelError) as exc:
+        fail(str(exc))
+    if not result.ok:
+        failed = next(c for c in result.checks if not c.ok)
+        fail(f"{failed.line()}; the export in {out} is kept for inspection ({out / 'export.json'})")
+    if not result.checks:
+        click.echo("not checked (--check-puzzles 0)")
 
 
 @main.command()

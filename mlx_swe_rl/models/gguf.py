@@ -21,7 +21,8 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["GGUFError", "import_gguf", "read_gguf_metadata", "hf_tensor_name", "unpermute_rope_rows"]
+__all__ = ["GGUFError", "import_gguf", "read_gguf_metadata", "hf_tensor_name", "unpermute_rope_rows",
+           "gguf_tokenizer_metadata"]
 
 GROUP_SIZE = 32  # every GGUF block format MLX keeps quantized (Q4_0, Q4_1, Q8_0) uses 32-wide blocks
 _ARCH_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -214,6 +215,68 @@ def _build_tokenizer(md: dict[str, Any], src: Path) -> tuple[Any, dict[str, Any]
     if "tokenizer.chat_template" in md:
         config["chat_template"] = md["tokenizer.chat_template"]
     return tok, config
+
+
+def _pre_tokenizer_name(parts: list[dict[str, Any]], where: Path) -> str:
+    """llama.cpp's name for a byte-level BPE pre-tokenizer (tokenizer.json's `pre_tokenizer`,
+    as a list of steps); the inverse of the choice in `_build_tokenizer`."""
+    kinds = [p.get("type") for p in parts]
+    if kinds == ["ByteLevel"] and parts[0].get("use_regex", True):
+        return "gpt-2"
+    if kinds == ["Digits", "ByteLevel"] and parts[0].get("individual_digits") and parts[1].get("use_regex", True):
+        return "smollm"
+    if kinds == ["Split", "ByteLevel"] and not parts[1].get("use_regex", True):
+        regex = (parts[0].get("pattern") or {}).get("Regex")
+        for name, known in _SPLIT_REGEX.items():  # the first name of a regex is its canonical one
+            if regex == known:
+                return name
+    raise GGUFError(f"{where}: byte-level BPE pre-tokenizer {kinds} has no llama.cpp name here "
+                    f"(known: {', '.join(sorted(_GPT2_LIKE | set(_SPLIT_REGEX)))})")
+
+
+def gguf_tokenizer_metadata(model_dir: Path) -> dict[str, Any] | None:
+    """GGUF tokenizer metadata for the byte-level BPE tokenizer of an mlx-lm model directory,
+    the inverse of what `import_gguf` reads: "gpt2" tokens, merges, token types, llama.cpp's
+    pre-tokenizer name, special token ids and the chat template (MLX arrays where GGUF wants
+    numbers). None for tokenizers that are not byte-level BPE (SentencePiece vocabularies).
+
+    mlx-lm's GGUF writer labels every vocabulary SentencePiece ("llama") and writes no merges,
+    so a byte-level BPE model (SmolLM2, Llama 3) would tokenize differently when read back.
+    """
+    path = Path(model_dir) / "tokenizer.json"
+    data = json.loads(path.read_text())
+    model, pre = data.get("model") or {}, data.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if model.get("type") != "BPE" or "ByteLevel" not in [p.get("type") for p in parts]:
+        return None
+    name = _pre_tokenizer_name(parts, path)
+    ids = dict(model.get("vocab") or {})
+    added = {a["content"]: a for a in data.get("added_tokens") or []}
+    ids.update({content: a["id"] for content, a in added.items()})
+    tokens = [f"[PAD{i}]" for i in range(max(ids.values()) + 1)]  # holes: unused ids
+    types = [5] * len(tokens)
+    for token, i in ids.items():
+        tokens[i] = token
+        types[i] = (3 if added[token].get("special") else 4) if token in added else 1
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    config_path = Path(model_dir) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    template = config.get("chat_template")
+    if template is None and (Path(model_dir) / "chat_template.jinja").is_file():
+        template = (Path(model_dir) / "chat_template.jinja").read_text()
+    md: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": name, "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": mx.array(types, dtype=mx.int32), "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.add_bos_token": mx.array(bool(config.get("add_bos_token", False))),
+    }
+    for name_, key in _SPECIAL_KEYS.items():
+        token = config.get(name_)
+        token = token.get("content") if isinstance(token, dict) else token
+        if token in ids:
+            md[f"tokenizer.ggml.{key}_token_id"] = mx.array(ids[token], dtype=mx.uint32)
+    if isinstance(template, str):
+        md["tokenizer.chat_template"] = template
+    return md
 
 
 def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | None = None,

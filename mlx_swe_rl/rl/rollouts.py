@@ -46,6 +46,29 @@ class Rollout:
             "tests": self.info["tests"],
         }
 
+    def summary(self) -> dict[str, Any]:
+        """The compact line the trainer appends to rollouts.jsonl for each completion: reward,
+        text, extracted code (None when the response held none) and one short outcome per test,
+        so a run can be read back (`mlx-swe-rl watch`) without rerunning anything."""
+        return {
+            "puzzle_id": self.puzzle_id,
+            "reward": self.reward,
+            "solved": self.solved,
+            "completion": self.sample.text,
+            "tokens": self.sample.num_tokens,
+            "truncated": self.sample.truncated,
+            "code": self.info.get("code"),
+            "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
+                      for t in self.info.get("tests", [])],
+        }
+
+
+DETAIL_CHARS = 200  # per test in rollouts.jsonl: enough for "expected X, got Y", not a traceback
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 @dataclass
 class RolloutBatch:

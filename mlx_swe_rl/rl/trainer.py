@@ -521,9 +521,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
             record, rollouts = run_step(policy, optimizer, env, chosen, step, progress)
-            groups = dist.unshard([[{"step": step, "puzzle_id": puzzle.id, "reward": r.reward, "solved": r.solved,
-                                     "completion": r.sample.text} for r in group]
-                                   for puzzle, group in zip(rollouts.puzzles, rollouts.groups)])
+            groups = dist.unshard([[{"step": step, **r.summary()} for r in group] for group in rollouts.groups])
             if main:
                 seen.append(record)
                 sound_alarms(seen, policy, run_dir, log)
