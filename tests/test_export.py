@@ -29,12 +29,15 @@ class ParityEnv:
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": puzzle_id.replace("_", " ")}]
 
+    def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
+        return None
+
     def score(self, items):
         out = []
         for _, text in items:
             r = float(len(text) % 2 == 0)
             out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [],
-                            "reward_parts": {"parity": r}}))
+                            "solved": r == 1.0, "reward_parts": {"parity": r}}))
         return out
 
 

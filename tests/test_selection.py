@@ -28,7 +28,7 @@ class PuzzleEnv(ChoiceEnv):
         for k, (puzzle_id, _) in enumerate(items):
             if puzzle_id in (SOLVED, FAILED):
                 r = float(puzzle_id == SOLVED)
-                out[k] = (r, {**out[k][1], "passed": int(r), "reward_parts": {"choice": r}})
+                out[k] = (r, {**out[k][1], "passed": int(r), "solved": r == 1.0, "reward_parts": {"choice": r}})
         return out
 
 

@@ -241,7 +241,7 @@ def test_rollout_summary_is_what_rollouts_jsonl_records():
     info = {"code": "def f(): pass", "format_ok": True, "passed": 1, "total": 2, "reward_parts": {"tests": 0.0},
             "tests": [{"index": 0, "status": "passed", "message": ""},
                       {"index": 1, "status": "failed", "message": "expected 1, got " + "9" * 500}]}
-    line = Rollout("p", Sample(0, [5, 6, 7], "text", [], True), 0.0, False, info).summary()
+    line = Rollout("p", Sample(0, [5, 6, 7], "text", [], "length"), 0.0, False, info).summary()
     assert line == {"puzzle_id": "p", "reward": 0.0, "solved": False, "completion": "text", "tokens": 3,
                     "truncated": True, "code": "def f(): pass",
                     "tests": [{"status": "passed", "detail": ""}, {"status": "failed", "detail": line["tests"][1]["detail"]}]}

@@ -10,8 +10,8 @@ import click
 from ..models.specs import DTYPES
 from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 from ..runfiles import write_json_atomic
-from .options import (fail, model_options, model_report, open_scorer, puzzle_options, sampling_options,
-                      sandbox_options, select_puzzles)
+from .options import (fail, model_options, model_report, multi_turn_options, open_scorer, puzzle_options,
+                      sampling_options, sandbox_options, select_puzzles)
 
 
 @click.group()
@@ -278,6 +278,7 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
 @click.option("-G", "--group-size", type=click.IntRange(min=2), default=8, show_default=True,
               help="Completions per puzzle.")
 @sampling_options({"temperature": 0.8})
+@multi_turn_options
 @sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=Path("outputs/rollouts.json"),
               show_default=True, help="Where to save every rollout, category and advantage.")
@@ -288,8 +289,8 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
                    "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples).")
 def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
-             full_completions: bool, answer_format: str, sandbox: dict, out: Path, write_train_set: Path | None,
-             rounds: int) -> None:
+             full_completions: bool, answer_format: str, turns: int, test_split, sandbox: dict, out: Path,
+             write_train_set: Path | None, rounds: int) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
@@ -298,10 +299,13 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
 
     if temperature <= 0:
         fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
+    if turns > 1 and rounds > 1:
+        fail("--rounds: calibration rounds need single-turn episodes (--turns 1)")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
         model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, rounds=rounds, stop_after_answer=not full_completions), answer_format)
+        seed=seed, batch_size=batch_size, rounds=rounds, stop_after_answer=not full_completions, turns=turns),
+        answer_format, test_split)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

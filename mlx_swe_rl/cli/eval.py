@@ -9,8 +9,8 @@ import click
 from ..rl.evaluation import evaluate, format_report, read_report
 from ..rl.stats import compare_reports, format_changes
 from ..runfiles import default_out_path, write_json_atomic
-from .options import (fail, model_options, model_report, puzzle_options, sampling_options, sandbox_options,
-                      select_puzzles)
+from .options import (fail, model_options, model_report, multi_turn_options, puzzle_options, sampling_options,
+                      sandbox_options, select_puzzles)
 
 
 @click.command("eval")
@@ -19,6 +19,10 @@ from .options import (fail, model_options, model_report, puzzle_options, samplin
 @click.option("--samples", "-K", type=click.IntRange(min=1), default=1, show_default=True,
               help="Completions per puzzle; above 1 reports pass@1 and pass@K.")
 @sampling_options({"temperature": None})
+@multi_turn_options
+@click.option("--best-of-n", is_flag=True,
+              help="With --turns N: also the compute-matched baseline, N independent answers per episode, the "
+                   "first that passes the public tests judged on the hidden ones.")
 @sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Result JSON (default: outputs/eval/eval-<time>.json).")
@@ -26,7 +30,8 @@ from .options import (fail, model_options, model_report, puzzle_options, samplin
               help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
-         full_completions: bool, answer_format: str, sandbox: dict, out: Path | None, baseline: Path | None) -> None:
+         full_completions: bool, answer_format: str, turns: int, test_split, best_of_n: bool, sandbox: dict,
+         out: Path | None, baseline: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
     --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
     if temperature is None:
@@ -40,7 +45,8 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
         fail(f"--baseline: {exc}")
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
         model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, stop_after_answer=not full_completions), answer_format)
+        seed=seed, batch_size=batch_size, stop_after_answer=not full_completions, turns=turns,
+        best_of_n=best_of_n and turns > 1), answer_format, test_split)
     click.echo(format_report(report))
     if earlier is not None:
         changes = compare_reports(earlier, report)

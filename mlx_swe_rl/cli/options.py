@@ -67,6 +67,33 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
     return wrap
 
 
+def multi_turn_options(func: Callable) -> Callable:
+    """--turns, --public-tests, --feedback, --feedback-chars, --reward-on, handed to the command
+    as `turns` and `test_split` (None for single-turn runs): see env.feedback.TestSplit."""
+    from ..env.feedback import TestSplit
+
+    @functools.wraps(func)
+    def command(*args: Any, turns: int, public_tests: float, feedback: str, feedback_chars: int, reward_on: str,
+                **kwargs: Any) -> Any:
+        test_split = TestSplit(public_tests, reward_on, feedback == "detailed", feedback_chars) if turns > 1 else None
+        return func(*args, turns=turns, test_split=test_split, **kwargs)
+
+    options = [
+        click.option("--turns", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Answers per episode: after a failed one the model reads the public tests' feedback and "
+                          "tries again (README: Multi-turn repair)."),
+        click.option("--public-tests", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+                     help="With --turns > 1: public tests per puzzle, a count (>= 1) or a fraction (< 1)."),
+        click.option("--feedback", type=click.Choice(["detailed", "generic"]), default="detailed", show_default=True,
+                     help="With --turns > 1: the failing public test and its outcome, or only 'the tests failed'."),
+        click.option("--feedback-chars", type=click.IntRange(min=40), default=400, show_default=True,
+                     help="With --turns > 1: feedback truncated to this many characters."),
+        click.option("--reward-on", type=click.Choice(["hidden", "all"]), default="hidden", show_default=True,
+                     help="With --turns > 1: the tests that judge an answer."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), command)
+
+
 def sandbox_options(func: Callable) -> Callable:
     """--workers, --confinement and --allow-unconfined, handed to the command as one
     `sandbox` mapping (the keyword arguments of `open_scorer`)."""
@@ -134,14 +161,20 @@ def open_model(model_spec: str, adapter: Path | None, dtype: str):
 
 
 def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, sandbox: dict[str, Any],
-                 run: Callable[[Any, Any, Any], dict[str, Any]], answer_format: str = "function") -> dict[str, Any]:
+                 run: Callable[[Any, Any, Any], dict[str, Any]], answer_format: str = "function",
+                 split: Any = None) -> dict[str, Any]:
     """Load the model, open the scorer (`sandbox`: the keyword arguments of `open_scorer`) and
-    environment (asking for `answer_format`), run `run(model, tokenizer, env)`, and return its
-    report with the run's metadata in front."""
+    environment (asking for `answer_format`; `split`: the test split of multi-turn runs), run
+    `run(model, tokenizer, env)`, and return its report with the run's metadata in front."""
     from ..env.codefix import CodeFixEnv
     from ..runfiles import run_metadata
 
     model, tokenizer = open_model(model_spec, adapter, dtype)
-    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer, answer_format=answer_format) as env:
-        report = run(model, tokenizer, env)
+    from ..models.chat import ChatTemplateError
+
+    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer, answer_format=answer_format, split=split) as env:
+        try:
+            report = run(model, tokenizer, env)
+        except ChatTemplateError as exc:
+            fail(f"{model_spec}: {exc}")
     return {"meta": {**run_metadata(model_spec, adapter, dtype), "format": answer_format}, **report}

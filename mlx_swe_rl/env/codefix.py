@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from . import formats
+from .feedback import TestSplit, feedback_message, public_view
 from ..puzzles.format import Puzzle
 from .rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, NEEDS_TESTS, Completion, combine,
                       exact_match, validate_weights)
-from ..sandbox.scorer import Scorer
+from ..sandbox.scorer import Scorer, TestRun
 
 
 class CodeFixEnv:
@@ -20,17 +22,23 @@ class CodeFixEnv:
 
     `reward` weighs the rewards of tasks with tests; tasks without tests (mined from a history
     with no usable tests) earn `reward_without_tests`, which cannot use the test rewards.
-    `answer_format` is how the model is asked and read (env.formats: function, search_replace)."""
+    `answer_format` is how the model is asked and read (env.formats: function, search_replace).
+
+    With a `split` (multi-turn repair) every scored answer also runs the puzzle's public tests
+    alone, for the feedback, and its reward and `solved` come from the hidden tests (or all,
+    `split.reward_on`), run separately (env.feedback says why)."""
 
     def __init__(self, puzzles: list[Puzzle], scorer: Scorer | None = None,
                  reward: Mapping[str, float] = DEFAULT_REWARD, answer_format: str = "function",
-                 reward_without_tests: Mapping[str, float] = DEFAULT_REWARD_WITHOUT_TESTS):
+                 reward_without_tests: Mapping[str, float] = DEFAULT_REWARD_WITHOUT_TESTS,
+                 split: TestSplit | None = None):
         if not puzzles:
             raise ValueError("CodeFixEnv needs at least one puzzle")
         self.puzzles = {p.id: p for p in puzzles}
         self.reward = validate_weights(reward)
         self.reward_without_tests = validate_weights(reward_without_tests, "reward_without_tests", without_tests=True)
         self.format = formats.answer_format(answer_format)
+        self.split = split
         self._own_scorer = scorer is None
         self.scorer = scorer or Scorer()
         self.current: Puzzle | None = None
@@ -76,12 +84,13 @@ class CodeFixEnv:
         puzzles = [self.puzzles[pid] for pid, _ in items]
         extracted = [self.format.extract(text, p) for p, (_, text) in zip(puzzles, items)]
         codes = [code for code, _ in extracted]
-        needs_run = bool(NEEDS_TESTS & self.reward.keys())
+        needs_run = bool(NEEDS_TESTS & self.reward.keys()) or self.split is not None
         to_run = [i for i, code in enumerate(codes) if code is not None and needs_run and puzzles[i].tests]
         runs = dict(zip(to_run, self.scorer.run_many([(puzzles[i], codes[i]) for i in to_run])))
+        public = self._public_runs(puzzles, codes, to_run) if self.split is not None else {}
         out = []
         for i, (puzzle, (code, problem)) in enumerate(zip(puzzles, extracted)):
-            run = runs.get(i)
+            run = self._rewarded(puzzle, runs.get(i))
             weights = self.reward if puzzle.tests else self.reward_without_tests
             reward, parts = combine(Completion(puzzle, code, run), weights)
             if puzzle.tests:
@@ -100,8 +109,35 @@ class CodeFixEnv:
                 "output": run.output if run else "",
                 "reward_parts": parts,
             }
+            if self.split is not None:
+                info.update(self._turn_outcome(puzzle, code, public.get(i), solved))
             out.append((reward, info))
         return out
+
+    def _rewarded(self, puzzle: Puzzle, run: TestRun | None) -> TestRun | None:
+        """The results the reward reads: all tests, or (split.reward_on hidden) the hidden ones.
+        All tests always run, in order, so state one test leaves for the next stays as written."""
+        if run is None or self.split is None or self.split.reward_on == "all":
+            return run
+        hidden = set(self.split.hidden_indices(puzzle))
+        return dataclasses.replace(run, results=[r for r in run.results if r.index in hidden])
+
+    def _public_runs(self, puzzles: list[Puzzle], codes: list[str | None], ran: list[int]) -> dict[int, TestRun]:
+        """The public tests alone, in runs of their own, for the answers that were run."""
+        views = {i: public_view(puzzles[i], self.split.public_indices(puzzles[i])) for i in ran}
+        chosen = [i for i in ran if views[i].tests]
+        return dict(zip(chosen, self.scorer.run_many([(views[i], codes[i]) for i in chosen])))
+
+    def _turn_outcome(self, puzzle: Puzzle, code: str | None, public: TestRun | None, solved: bool) -> dict[str, Any]:
+        """What multi-turn repair needs of an answer: did it pass the public tests (a puzzle
+        without public tests: did it pass the hidden ones; then only that bit reaches the
+        model, as a generic message), and the feedback to show when it did not."""
+        indices = self.split.public_indices(puzzle)
+        view = public_view(puzzle, indices)
+        ok = (public is not None and public.all_passed) if indices else solved
+        return {"public_tests": list(indices), "public_passed": public.passed if public else 0,
+                "public_ok": ok, "feedback": None if ok else
+                feedback_message(view, public, self.split, has_code=code is not None)}
 
     def close(self) -> None:
         if self._own_scorer:

@@ -175,7 +175,7 @@ def sample(
     made: list[Sample | None] = [None] * len(owner)
     rules = [stop[p] for p in owner] if stop is not None else [None] * len(owner)
     stops = StopMatcher(tokenizer, rules) if any(rules) or follow_up is not None else None
-    turns: dict[int, Turn] = {}  # later turns waiting to join, by sequence
+    turns: dict[int, NextTurn] = {}  # later turns waiting to join, by sequence
     parent_of: dict[int, Sample] = {}  # the previous turn of each later turn that joined
 
     def finish(seq: int, ids: list[int], lps: list[float], row_cache: Callable[[], list[Any]]) -> list[int]:
@@ -193,7 +193,7 @@ def sample(
         # the next turn starts from this row's cache: evaluated now, before the batch drops it
         cache = row_cache()
         mx.eval([c.state for c in cache])
-        turns[len(made)] = Turn(done, follow_up(done), cache, rules[seq])
+        turns[len(made)] = NextTurn(done, follow_up(done), cache, rules[seq])
         owner.append(-1)  # its prompt is known once decided
         made.append(None)
         rules.append(rules[seq])
@@ -250,7 +250,7 @@ def sample(
 
 
 @dataclass
-class Turn:
+class NextTurn:
     """A finished completion's next turn, waiting for its decider: it will decode from the
     completion's own KV cache with the decider's ids appended."""
 

@@ -16,12 +16,12 @@ from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from ..models.sampling import Sample, sample
-from .rollouts import MIXED, Rollout, category, encode_prompts, score_samples, stop_rules
+from .rollouts import MIXED, Rollout, category, collect_rollouts, encode_prompts, score_samples, stop_rules
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, group_size: int,
               temperature: float, max_tokens: int, seed: int = 0, batch_size: int = 32,
-              advantage: str = "std", rounds: int = 1, stop_after_answer: bool = True,
+              advantage: str = "std", rounds: int = 1, stop_after_answer: bool = True, turns: int = 1,
               progress: bool = True) -> dict[str, Any]:
     """Sample G completions per puzzle and report solve rate, category and advantages.
 
@@ -31,7 +31,22 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     that stopped early is measured on fewer samples (its row's `samples`). The rounds share one
     continuous batch: a puzzle's next round joins as soon as its last one is finished and
     scored, while other puzzles decode, so no round waits for the slowest completion of all.
+
+    `turns` > 1 (an env with a test split) calibrates multi-turn episodes: a puzzle is mixed
+    when some of its G episodes end solved and some do not (one round only).
     """
+    settings = {"group_size": group_size, "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
+                "advantage": advantage, "rounds": rounds, "stop_after_answer": stop_after_answer,
+                **({"turns": turns} if turns > 1 else {})}
+    if turns > 1:
+        if rounds > 1:
+            raise ValueError("calibration rounds need single-turn episodes (turns 1)")
+        batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature,
+                                 max_tokens=max_tokens, seed=seed, batch_size=batch_size,
+                                 stop_after_answer=stop_after_answer, max_turns=turns, progress=progress,
+                                 desc="rollouts")
+        outcomes = {p.id: group for p, group in zip(puzzles, batch.groups)}
+        return _report(puzzles, outcomes, batch.stats, advantage, settings)
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
     # Entry e is round e % R of puzzle e // R (puzzle-major: a puzzle's later rounds take free
@@ -73,6 +88,12 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
                    gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
                    progress=progress, desc="rollouts").stats
     score([e for e in entries if e not in scored and finished[e]])
+    return _report(puzzles, outcomes, stats, advantage, settings)
+
+
+def _report(puzzles: list[Puzzle], outcomes: dict[str, list[Rollout]], stats: Any, advantage: str,
+            settings: dict[str, Any]) -> dict[str, Any]:
+    """The calibration report: per puzzle its solve rate, category, rewards and advantages."""
     rows = []
     for puzzle in puzzles:
         group = outcomes[puzzle.id]
@@ -87,9 +108,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
             "completions": [r.record() for r in group],
         })
     return {
-        "settings": {"group_size": group_size, "temperature": temperature, "max_tokens": max_tokens,
-                     "seed": seed, "advantage": advantage, "rounds": rounds,
-                     "stop_after_answer": stop_after_answer},
+        "settings": settings,
         "timing": {"sampling_seconds": stats.seconds, "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens,
                    "tokens_per_second": stats.tokens_per_second, "peak_memory_gb": stats.peak_memory_gb,

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ..env.feedback import TestSplit
 from ..env.formats import FORMATS
 from ..env.rewards import DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, validate_weights
 from ..models.specs import DTYPES
@@ -90,6 +91,26 @@ class SamplingConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    max_turns: int = meta(1, min=1, doc="answers per episode: after a failed one the model reads the public tests' "
+                          "feedback and tries again (1 = single-turn, as before)")
+    public_tests: float = meta(1, min=0.0, doc="public tests per puzzle (their failures are shown): a count (>= 1) or "
+                               "a fraction (< 1); at least one test stays hidden")
+    reward_on: str = meta("hidden", choices=("hidden", "all"), doc="tests the reward reads when max_turns > 1")
+    feedback: str = meta("detailed", choices=("detailed", "generic"), doc="detailed: the failing public test and its "
+                         "outcome; generic: 'the tests failed' only (the ablation)")
+    feedback_chars: int = meta(400, min=40, doc="feedback truncated to this many characters")
+    turn_penalty: float = meta(0.0, min=0.0, doc="subtracted from an episode's reward per extra turn")
+
+    def split(self, turns: int | None = None) -> TestSplit | None:
+        """The env's test split for episodes of `turns` answers (default max_turns); None for
+        single-turn ones, where every test counts as before."""
+        if (turns or self.max_turns) == 1:
+            return None
+        return TestSplit(self.public_tests, self.reward_on, self.feedback == "detailed", self.feedback_chars)
+
+
+@dataclass
 class GRPOConfig:
     advantage: str = meta("std", choices=ADVANTAGE_METHODS, doc="std (GRPO), mean (Dr. GRPO), rloo")
     clip_low: float = meta(0.2, min=0.0, max=1.0, doc="eps_low: ratio clipped below at 1 - eps_low")
@@ -140,6 +161,7 @@ class TrainConfig:
                                       "--write-train-set) to evaluate on, instead of every puzzle of eval_tiers")
     eval_samples: int = meta(1, min=1, doc="completions per puzzle in evals: 1 = greedy; K > 1 = avg@K at "
                              "sampling.temperature, with 95% CIs and the paired change before -> after")
+    eval_turns: int | None = meta(None, min=1, doc="answers per episode in evals (null = multi_turn.max_turns)")
     memory_check: bool = meta(True, doc="estimate the run's peak memory before loading the model; stop when it "
                               "exceeds what the device offers (false: skip the check)")
 
@@ -189,6 +211,7 @@ class Config:
     prompt: PromptConfig = meta(factory=PromptConfig)
     puzzles: PuzzleConfig = meta(factory=PuzzleConfig)
     sampling: SamplingConfig = meta(factory=SamplingConfig)
+    multi_turn: MultiTurnConfig = meta(factory=MultiTurnConfig)
     grpo: GRPOConfig = meta(factory=GRPOConfig)
     finetune: FinetuneConfig = meta(factory=FinetuneConfig)
     optim: OptimConfig = meta(factory=OptimConfig)

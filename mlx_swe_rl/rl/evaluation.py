@@ -8,6 +8,7 @@ drawn from recorded data. The trainer evaluates through `evaluate` too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
-from .rollouts import collect_rollouts
+from .rollouts import Rollout, collect_rollouts
 from .stats import bootstrap_ci
 
 
@@ -32,14 +33,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, samples: int = 1,
              temperature: float = 0.0, max_tokens: int = 384, seed: int = 0, batch_size: int = 32,
-             stop_after_answer: bool = True, progress: bool = True) -> dict[str, Any]:
+             stop_after_answer: bool = True, turns: int = 1, best_of_n: bool = False,
+             progress: bool = True) -> dict[str, Any]:
     """Sample and score, and return the report: per-puzzle results with every completion,
     and totals per tier and split. With `stop_after_answer` completions end where their answer
-    does (the block the answer is read from), so the prose after it is never generated."""
+    does (the block the answer is read from), so the prose after it is never generated.
+
+    `turns` > 1 (an env with a test split) evaluates multi-turn repair: each of the `samples`
+    episodes answers up to `turns` times, reading the public tests' feedback; a puzzle's pass@1
+    is then the share of episodes solved (on the hidden tests) within `turns` answers, and
+    `multi_turn` holds the per-turn totals (`turn_totals`). `best_of_n` adds the compute-matched
+    baseline: `turns` independent single-turn answers per episode, the first that passes the
+    public tests (else the last) judged on the hidden tests."""
     start = time.perf_counter()
     batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=samples, temperature=temperature,
                              max_tokens=max_tokens, seed=seed, batch_size=batch_size,
-                             stop_after_answer=stop_after_answer, progress=progress, desc="eval")
+                             stop_after_answer=stop_after_answer, max_turns=turns, progress=progress, desc="eval")
+    split = getattr(env, "split", None)
     rows = []
     for puzzle, group in zip(batch.puzzles, batch.groups):
         solved = sum(r.solved for r in group)
@@ -49,20 +59,102 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
             "pass@1": pass_at_k(len(group), solved, 1),
             f"pass@{samples}": pass_at_k(len(group), solved, samples),
             "mean_reward": sum(r.reward for r in group) / len(group),
+            **({"public_tests": list(split.public_indices(puzzle))} if split is not None else {}),
             "completions": [r.record() for r in group],
         })
     stats = batch.stats
+    report_extra: dict[str, Any] = {}
+    if turns > 1:
+        report_extra["multi_turn"] = turn_totals([r for g in batch.groups for r in g], turns)
+    if best_of_n:
+        report_extra["best_of_n"] = best_of_public(model, tokenizer, env, puzzles, samples=samples, n=turns,
+                                                   temperature=temperature, max_tokens=max_tokens, seed=seed,
+                                                   batch_size=batch_size, stop_after_answer=stop_after_answer,
+                                                   progress=progress)
     return {
         "settings": {"samples": samples, "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
-                     "stop_after_answer": stop_after_answer},
+                     "stop_after_answer": stop_after_answer,
+                     **({"turns": turns, "split": dataclasses.asdict(split)} if turns > 1 else {})},
         "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
                    "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens, "tokens_per_second": stats.tokens_per_second,
                    "peak_memory_gb": stats.peak_memory_gb, "truncated": stats.truncated,
                    "stopped": stats.stopped},
         "totals": totals(rows, samples),
+        **report_extra,
         "puzzles": rows,
     }
+
+
+def turn_totals(episodes: list[Rollout], turns: int) -> dict[str, Any]:
+    """Per-turn totals of multi-turn episodes: the share solved (hidden tests) after each turn
+    (an episode that ended early keeps its last answer), the fix rate (episodes whose first
+    answer failed and whose last one passed), the break rate (answers that passed the public
+    tests but failed the hidden ones), identical resubmissions (a later answer whose code equals
+    the one before, formatting aside), turns used, and episodes dropped for a template mismatch."""
+    from ..env.rewards import normalise_source
+
+    n = len(episodes)
+    solved_after = [sum(e.turns[min(t, len(e.turns)) - 1].info["solved"] for e in episodes) / n
+                    for t in range(1, turns + 1)]
+    first_failed = [e for e in episodes if not e.turns[0].info["solved"]]
+    answers = [t for e in episodes for t in e.turns]
+    public_ok = [t for t in answers if t.info.get("public_ok") and t.info.get("public_tests")]
+    later = [(a, b) for e in episodes for a, b in zip(e.turns, e.turns[1:])]
+    same = sum(a.info["code"] is not None and b.info["code"] is not None
+               and normalise_source(a.info["code"]) == normalise_source(b.info["code"]) for a, b in later)
+    return {
+        "turns": turns,
+        "episodes": n,
+        "solved_after_turn": solved_after,
+        "solved_turn_1": solved_after[0],
+        f"solved_within_{turns}": solved_after[-1],
+        "fix_rate": sum(e.solved for e in first_failed) / len(first_failed) if first_failed else None,
+        "break_rate": sum(not t.info["solved"] for t in public_ok) / len(public_ok) if public_ok else None,
+        "identical_resubmissions": same / len(later) if later else None,
+        "mean_turns": len(answers) / n,
+        "dropped": sum(e.dropped for e in episodes),
+    }
+
+
+def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, samples: int, n: int,
+                   **sampling: Any) -> dict[str, Any]:
+    """The compute-matched baseline of an N-turn evaluation: n independent answers per episode
+    (single-turn, other random draws), keeping the first that passes the public tests, else
+    the last, judged on the hidden tests."""
+    batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=samples * n, desc="best of n",
+                             **sampling)
+    per_puzzle = []
+    for puzzle, group in zip(batch.puzzles, batch.groups):
+        picks = []
+        for e in range(samples):
+            tries = group[e * n:(e + 1) * n]
+            picks.append(next((r for r in tries if r.info["public_ok"]), tries[-1]).solved)
+        per_puzzle.append({"id": puzzle.id, "solved": sum(picks), "samples": samples})
+    rates = [p["solved"] / p["samples"] for p in per_puzzle]
+    mean, low, high = bootstrap_ci(rates)
+    return {"n": n, "pass@1": mean, "ci95": [low, high], "generated_tokens": batch.stats.generated_tokens,
+            "puzzles": per_puzzle}
+
+
+def format_turns(report: dict[str, Any]) -> list[str]:
+    """The per-turn lines of a multi-turn evaluation."""
+    m, split = report["multi_turn"], report["settings"]["split"]
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [f"\nmulti-turn repair: up to {m['turns']} answers, reward on {split['reward_on']} tests, "
+             f"{'detailed' if split['detailed'] else 'generic'} feedback",
+             "solved after turn " + ", ".join(f"{t}: {v:.3f}" for t, v in enumerate(m["solved_after_turn"], 1)),
+             f"fix rate (first answer failed, last passed) {rate(m['fix_rate'])}; break rate (public passed, "
+             f"hidden failed) {rate(m['break_rate'])}; identical resubmissions {rate(m['identical_resubmissions'])}; "
+             f"{m['mean_turns']:.2f} answers per episode; {m['dropped']} dropped (template mismatch)"]
+    if "best_of_n" in report:
+        b = report["best_of_n"]
+        lines.append(f"best of {b['n']} independent answers by public tests: {b['pass@1']:.3f} "
+                     f"[{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}] ({b['generated_tokens']} tokens)")
+    return lines
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -134,6 +226,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{t[kind]:<{group_width}}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}  "
                      f"[{low:.3f}, {high:.3f}]" + (f"  {t[key_k]:>7.3f}" if samples > 1 else "")
                      + f"  {t['any_solved']:>10}/{t['puzzles']}")
+    if "multi_turn" in report:
+        lines += format_turns(report)
     timing = report["timing"]
     lines.append(f"\n{timing['generated_tokens']} tokens in {timing['sampling_seconds']:.1f}s sampling "
                  f"({timing['tokens_per_second']:.1f} tok/s), {timing['seconds']:.1f}s in all")

@@ -160,22 +160,22 @@ def head_module(model: nn.Module) -> nn.Module:
 LOGITS_CHUNK_BYTES = 64 * 2**20  # float32 logits materialised at once by `head_log_probs`
 
 
-def head_log_probs(model: nn.Module, hidden: mx.array, targets: mx.array, lengths: list[int],
+def head_log_probs(model: nn.Module, hidden: mx.array, targets: mx.array, positions: list[list[int]],
                    with_entropy: bool = False) -> tuple[mx.array, mx.array | None]:
-    """log pi(target) [B, W] from final hidden states [B, W, H], on the first lengths[b]
-    positions of row b (0 elsewhere), and with `with_entropy` the policy's entropy there (no
-    gradient).
+    """log pi(target) [B, W] from final hidden states [B, W, H], at `positions[b]` of row b (0
+    elsewhere), and with `with_entropy` the policy's entropy there (no gradient).
 
-    Padding positions never reach the LM head. The head and log-softmax run in chunks of
-    positions whose float32 logits fit in LOGITS_CHUNK_BYTES; with several chunks each is
+    Only those positions reach the LM head: padding, and the feedback and template tokens
+    between the turns of a multi-turn episode, never do. The head and log-softmax run in chunks
+    of positions whose float32 logits fit in LOGITS_CHUNK_BYTES; with several chunks each is
     checkpointed (its logits are freed after the forward and recomputed in the backward), so
     memory does not grow with G x length x vocab: with Qwen's 151,936-token vocabulary one
     384-token completion is already 233 MB of logits.
     """
     batch, width, dim = hidden.shape
-    # Flat indices of the real positions, and for every [b, w] slot its index among them
-    # (padding points at an appended 0).
-    real = [b * width + w for b, n in enumerate(lengths) for w in range(n)]
+    # Flat indices of the positions wanted, and for every [b, w] slot its index among them
+    # (the others point at an appended 0).
+    real = [b * width + w for b, row in enumerate(positions) for w in row]
     slot = [0] * (batch * width)
     for i, flat in enumerate(real):
         slot[flat] = i + 1
@@ -218,7 +218,8 @@ def completion_log_probs(model: nn.Module, batch: SequenceBatch, with_entropy: b
     positions = mx.minimum(positions, batch.tokens.shape[1] - 1)
     picked = mx.take_along_axis(hidden, positions[..., None], axis=1)  # [B, width, H]
     targets = mx.take_along_axis(batch.tokens, mx.minimum(positions + 1, batch.tokens.shape[1] - 1), axis=1)
-    return head_log_probs(model, picked, targets, batch.completion_lens.tolist(), with_entropy)
+    return head_log_probs(model, picked, targets, [list(range(n)) for n in batch.completion_lens.tolist()],
+                          with_entropy)
 
 
 # --- the same, with the prompt computed once per group -----------------------------------------
@@ -254,22 +255,33 @@ class PrefixCache:
 
 @dataclass
 class GroupBatch:
-    """Completions of one prompt: prompt ids and right-padded completion ids [G, width]."""
+    """Completions of one prompt: prompt ids, right-padded completion ids [G, width] and the loss
+    mask over them ([G, width]: 1 on the tokens the model chose; 0 on padding and, in a
+    multi-turn episode, on the bridges between its turns)."""
 
     prompt: mx.array
     tokens: mx.array
-    completion_lens: mx.array
+    loss_mask: list[list[float]]
     width: int
 
     @classmethod
-    def build(cls, prompt: list[int], completions: list[list[int]], pad_id: int = 0) -> "GroupBatch":
+    def build(cls, prompt: list[int], completions: list[list[int]], masks: list[list[float]] | None = None,
+              pad_id: int = 0) -> "GroupBatch":
+        """`masks[i]` per token of completion i (default: all of it is the model's)."""
         width = max(len(c) for c in completions)
+        masks = masks if masks is not None else [[1.0] * len(c) for c in completions]
+        if any(len(m) != len(c) for m, c in zip(masks, completions)):
+            raise ValueError("a loss mask must have one value per completion token")
         padded = [c + [pad_id] * (width - len(c)) for c in completions]
         return cls(mx.array(prompt, dtype=mx.int32), mx.array(padded, dtype=mx.int32),
-                   mx.array([len(c) for c in completions], dtype=mx.int32), width)
+                   [list(m) + [0.0] * (width - len(m)) for m in masks], width)
 
     def mask(self) -> mx.array:
-        return (mx.arange(self.width)[None, :] < self.completion_lens[:, None]).astype(mx.float32)
+        return mx.array(self.loss_mask, dtype=mx.float32)
+
+    def positions(self) -> list[list[int]]:
+        """Per completion, the positions the loss reads."""
+        return [[w for w, m in enumerate(row) if m] for row in self.loss_mask]
 
 
 def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = False
@@ -286,4 +298,4 @@ def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = Fa
         hidden = mx.concatenate([first, rest], axis=1)
     else:
         hidden = first
-    return head_log_probs(model, hidden, batch.tokens, batch.completion_lens.tolist(), with_entropy)
+    return head_log_probs(model, hidden, batch.tokens, batch.positions(), with_entropy)

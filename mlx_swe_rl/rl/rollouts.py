@@ -1,31 +1,77 @@
 """Rollouts: sample G completions per puzzle from a policy and score them with the one scorer.
 
 Training, evaluation and calibration all collect rollouts through `collect_rollouts`, so the
-prompt, the sampler and the verdict are the same everywhere.
+prompt, the sampler and the verdict are the same everywhere. A rollout is an episode: one turn
+(the completion, scored), or with `max_turns` > 1 up to that many, each later turn answering
+the feedback on the previous one (multi-turn repair). Its tokens after the prompt are the
+model's completions and the bridges between them, exactly as sampled (`Rollout.sequence`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
-from ..models.sampling import Sample, SampleStats, encode_chat, sample
+from ..models.chat import ChatFrame, render
+from ..models.sampling import EOS, Sample, SampleStats, encode_chat, sample
 
 ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 
 
 @dataclass
+class Turn:
+    """One turn of a multi-turn episode: the completion, its verdict (reward and the env's info,
+    with the public-test outcome and the feedback) and the ids that followed it (the bridge to
+    the next turn: its own end, the feedback as a user turn, the assistant header; none after
+    the last turn)."""
+
+    sample: Sample
+    reward: float
+    info: dict[str, Any]
+    bridge: list[int] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        info = self.info
+        return {"text": self.sample.text, "num_tokens": self.sample.num_tokens, "finish": self.sample.finish,
+                "code": info["code"], "public_ok": info.get("public_ok"), "public_passed": info.get("public_passed"),
+                "solved": info["solved"], "reward": self.reward,
+                "feedback": info.get("feedback") if self.bridge else None}
+
+
+@dataclass
 class Rollout:
-    """One scored completion of one puzzle."""
+    """One scored episode of one puzzle: `sample` is its (last) completion and `reward`, `solved`
+    and `info` its final verdict; `turns` lists every turn when there were several turns
+    allowed (empty for single-turn rollouts). `dropped`: not to be trained on (its ids did not
+    match what the chat template renders)."""
 
     puzzle_id: str
     sample: Sample
     reward: float
     solved: bool  # as the env decided it (info["solved"])
     info: dict[str, Any]
+    turns: list[Turn] = field(default_factory=list)
+    dropped: bool = False
+
+    @property
+    def model_tokens(self) -> int:
+        """The tokens the model wrote, over all its turns."""
+        return sum(t.sample.num_tokens for t in self.turns) if self.turns else self.sample.num_tokens
+
+    def sequence(self) -> tuple[list[int], list[float]]:
+        """The token ids after the prompt and the loss mask over them: 1 on the model's own
+        tokens, 0 on the bridges between turns (feedback and template tokens: no gradient)."""
+        if not self.turns:
+            return list(self.sample.token_ids), [1.0] * self.sample.num_tokens
+        ids: list[int] = []
+        mask: list[float] = []
+        for turn in self.turns:
+            ids += turn.sample.token_ids + turn.bridge
+            mask += [1.0] * turn.sample.num_tokens + [0.0] * len(turn.bridge)
+        return ids, mask
 
     def record(self) -> dict[str, Any]:
         """A JSON-ready dict: the completion, extracted code, test results and reward."""
@@ -44,6 +90,7 @@ class Rollout:
             "passed": self.info["passed"],
             "total": self.info["total"],
             "tests": self.info["tests"],
+            **({"turns": [t.record() for t in self.turns], "dropped": self.dropped} if self.turns else {}),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -60,6 +107,9 @@ class Rollout:
             "code": self.info.get("code"),
             "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
                       for t in self.info.get("tests", [])],
+            **({"turns": [{"completion": t.sample.text, "code": t.info.get("code"), "public_ok": t.info.get("public_ok"),
+                           "solved": t.info.get("solved"), "feedback": t.info.get("feedback") if t.bridge else None}
+                          for t in self.turns]} if self.turns else {}),
         }
 
 
@@ -94,21 +144,114 @@ def collect_rollouts(
     seed: int | None = 0,
     batch_size: int = 32,
     stop_after_answer: bool = True,
+    max_turns: int = 1,
+    turn_penalty: float = 0.0,
     progress: bool = False,
     desc: str = "sampling",
 ) -> RolloutBatch:
-    """Sample `group_size` completions for each puzzle in one batch, then score them all. With
-    `stop_after_answer` a completion ends where its answer does (`CodeFixEnv.stop_rule`)."""
+    """Sample `group_size` completions (episodes) for each puzzle in one batch and score them.
+    With `stop_after_answer` a completion ends where its answer does (`CodeFixEnv.stop_rule`).
+
+    `max_turns` > 1 (an env with a test split): an episode whose answer fails its public tests
+    gets the env's feedback as a new user turn and answers again, up to `max_turns` answers; its
+    reward is the last answer's, less `turn_penalty` per extra turn. Turns are scored as they
+    finish and later turns join the running batch (`sample(follow_up=...)`)."""
     prompts = encode_prompts(tokenizer, env, puzzles)
+    episodes = _Episodes(tokenizer, env, puzzles, prompts, max_turns) if max_turns > 1 else None
     result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
                     stop=stop_rules(env, puzzles, stop_after_answer),
+                    follow_up=episodes.follow_up if episodes else None,
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
     start = time.perf_counter()
-    rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
-    score_seconds = time.perf_counter() - start
-    groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
+    if episodes is None:
+        rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
+        groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
+    else:
+        groups = [[episodes.rollout(p, s, result.later, turn_penalty) for s in group]
+                  for p, group in zip(puzzles, result.groups)]
+    score_seconds = time.perf_counter() - start + (episodes.score_seconds if episodes else 0.0)
     return RolloutBatch(puzzles, prompts, groups, result.stats, score_seconds)
+
+
+class _Episodes:
+    """The multi-turn side of a `collect_rollouts` call: scores finished turns (all waiting ones
+    at once, when the sampler asks about one), decides each next turn, and builds its bridge
+    from the chat template (`models.chat.ChatFrame`), checking that the accumulated ids decode
+    to exactly what the template renders for the conversation."""
+
+    def __init__(self, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], prompts: list[list[int]],
+                 max_turns: int):
+        self.tokenizer, self.env, self.puzzles, self.prompts = tokenizer, env, puzzles, prompts
+        self.max_turns = max_turns
+        self.frame = ChatFrame.of(tokenizer)
+        self.waiting: list[Sample] = []
+        self.verdicts: dict[int, tuple[float, dict[str, Any]]] = {}  # by id(sample)
+        self.bridges: dict[int, list[int]] = {}
+        self.mismatched: set[int] = set()
+        self.score_seconds = 0.0
+
+    def root(self, s: Sample) -> Sample:
+        while s.parent is not None:
+            s = s.parent
+        return s
+
+    def chain(self, s: Sample) -> list[Sample]:
+        """The turns up to and including `s`, first turn first."""
+        turns = [s]
+        while turns[-1].parent is not None:
+            turns.append(turns[-1].parent)
+        return turns[::-1]
+
+    def puzzle_of(self, s: Sample) -> Puzzle:
+        return self.puzzles[self.root(s).prompt_index]
+
+    def follow_up(self, s: Sample):
+        self.waiting.append(s)
+        return lambda: self.decide(s)
+
+    def score_waiting(self) -> None:
+        start = time.perf_counter()
+        batch, self.waiting = self.waiting, []
+        for s, verdict in zip(batch, self.env.score([(self.puzzle_of(s).id, s.text) for s in batch])):
+            self.verdicts[id(s)] = verdict
+        self.score_seconds += time.perf_counter() - start
+
+    def decide(self, s: Sample) -> list[int] | None:
+        """The bridge to `s`'s next turn, or None: the episode ends (public tests passed, the
+        last turn allowed, or ids that do not match the template's rendering)."""
+        if id(s) not in self.verdicts:
+            self.score_waiting()
+        _, info = self.verdicts[id(s)]
+        turns = self.chain(s)
+        if info["public_ok"] or len(turns) >= self.max_turns:
+            return None
+        bridge = self.frame.bridge(self.tokenizer, info["feedback"], s.finish == EOS)
+        messages = self.env.prompt_for(self.puzzle_of(s).id)
+        for turn in turns:
+            messages = messages + [{"role": "assistant", "content": turn.text},
+                                   {"role": "user", "content": self.verdicts[id(turn)][1]["feedback"]}]
+        ids = list(self.prompts[turns[0].prompt_index])
+        for turn in turns[:-1]:
+            ids += turn.token_ids + self.bridges[id(turn)]
+        ids += s.token_ids + bridge
+        if self.tokenizer.decode(ids) != render(self.tokenizer, messages, True):
+            self.mismatched.add(id(self.root(s)))
+            return None
+        self.bridges[id(s)] = bridge
+        return bridge
+
+    def rollout(self, puzzle: Puzzle, first: Sample, later: list[Sample], turn_penalty: float) -> Rollout:
+        """The episode that starts with `first`, as a Rollout of all its turns."""
+        children = {id(s.parent): s for s in later}
+        turns = [first]
+        while id(turns[-1]) in children:
+            turns.append(children[id(turns[-1])])
+        records = [Turn(s, *self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
+        last = records[-1]
+        reward = last.reward - turn_penalty * (len(records) - 1)
+        return Rollout(puzzle.id, last.sample, reward, last.info["solved"], last.info, records,
+                       dropped=id(first) in self.mismatched)
 
 
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:

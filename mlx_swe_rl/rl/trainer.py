@@ -128,10 +128,13 @@ def make_optimizer(cfg: Config) -> optim.Optimizer:
 
 @dataclass
 class LossGroup:
-    """The completions of one prompt that enter the loss, with advantages and weights."""
+    """The completions of one prompt that enter the loss, with advantages and weights. A
+    completion is every token after the prompt (a multi-turn episode's turns and the bridges
+    between them); `masks` marks the model's own tokens, the only ones the loss reads."""
 
     prompt: list[int]
     completions: list[list[int]] = field(default_factory=list)
+    masks: list[list[float]] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     # Each completion's share in per-token diagnostics (entropy, KL, clipping): the mean over
@@ -144,7 +147,8 @@ def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, 
     out = []
     for g in groups:
         for i in range(0, len(g.completions), size):
-            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size]), mx.array(g.advantages[i:i + size]),
+            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size], g.masks[i:i + size]),
+                        mx.array(g.advantages[i:i + size]),
                         mx.array(g.weights[i:i + size]), mx.array(g.stat_weights[i:i + size])))
     return out
 
@@ -163,13 +167,15 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
             continue
         kept = LossGroup(prompt)
         for rollout, a in zip(group, group_adv):
-            if (cfg.grpo.mask_truncated and rollout.sample.truncated) or not rollout.sample.token_ids:
+            if (cfg.grpo.mask_truncated and rollout.sample.truncated) or not rollout.sample.token_ids or rollout.dropped:
                 continue
-            kept.completions.append(rollout.sample.token_ids)
+            ids, mask = rollout.sequence()
+            kept.completions.append(ids)
+            kept.masks.append(mask)
             kept.advantages.append(a)
         if kept.completions:
             groups.append(kept)
-    lengths = [len(c) for g in groups for c in g.completions]
+    lengths = [int(sum(m)) for g in groups for m in g.masks]  # the model's tokens: the loss normaliser
     whole = dist.all_sum({"groups": len(valid), "valid": sum(valid), "kept": len(lengths), "tokens": sum(lengths)})
 
     def weights_of(aggregation: str) -> Iterator[float]:
@@ -281,6 +287,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
             rollouts = collect_rollouts(sampler, policy.tokenizer, env, mine, group_size=s.group_size,
                                         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                                         seed=seed, batch_size=s.batch_size, stop_after_answer=s.stop_after_answer,
+                                        max_turns=cfg.multi_turn.max_turns, turn_penalty=cfg.multi_turn.turn_penalty,
                                         progress=progress, desc=f"step {step} sampling")
     groups, info = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
@@ -290,7 +297,8 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     update_seconds = time.perf_counter() - update_start
     flat = [r for group in rollouts.groups for r in group]
     total = dist.all_sum({"n": len(flat), "reward": sum(r.reward for r in flat), "solved": sum(r.solved for r in flat),
-                          "tokens": sum(r.sample.num_tokens for r in flat),
+                          "tokens": sum(r.model_tokens for r in flat),
+                          "turns": sum(max(len(r.turns), 1) for r in flat),
                           "truncated": sum(r.sample.truncated for r in flat),
                           "tokens_per_s": rollouts.stats.tokens_per_second})
     slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "score_s": rollouts.score_seconds,
@@ -308,7 +316,8 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "grad_norm": stats.get("grad_norm"),
         "zero_var_frac": info["zero_var_frac"],
         "loss_completions": info["loss_completions"],
-        "completion_len": total["tokens"] / total["n"],
+        "completion_len": total["tokens"] / total["n"],  # the model's tokens per episode, all turns
+        "turns": total["turns"] / total["n"],
         "truncation_rate": total["truncated"] / total["n"],
         "tokens_per_s": total["tokens_per_s"],  # summed over the ranks
         "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
@@ -471,12 +480,18 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     optimizer = make_optimizer(cfg)
     start_step = 0
     result = RunResult(run_dir)
+    eval_turns = cfg.train.eval_turns or cfg.multi_turn.max_turns
     if own_env:
         scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
                         require_confinement=cfg.sandbox.require_confinement)
         log(f"sandbox: {scorer.confinement}")
-        env = CodeFixEnv(list({p.id: p for p in puzzles + eval_set}.values()), scorer, cfg.reward, cfg.prompt.format,
-                         cfg.reward_without_tests)
+        every = list({p.id: p for p in puzzles + eval_set}.values())
+        env = CodeFixEnv(every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split())
+        # evaluations with another number of turns score with their own split (one scorer)
+        eval_env = env if cfg.multi_turn.split(eval_turns) == env.split else CodeFixEnv(
+            every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(eval_turns))
+    else:
+        eval_env = env
     try:
         with policy.sampling_model() as initial:  # before any checkpoint is loaded: the initial weights
             puzzles = select_training_puzzles(cfg, initial, policy.tokenizer, env, puzzles, run_dir, reuse=resume,
@@ -498,11 +513,12 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             if main:
                 policy.model.eval()
                 samples = cfg.train.eval_samples
-                report = evaluate(policy.model, policy.tokenizer, env, eval_set, samples=samples,
+                report = evaluate(policy.model, policy.tokenizer, eval_env, eval_set, samples=samples,
                                   temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
                                   max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
                                   batch_size=cfg.sampling.batch_size,
-                                  stop_after_answer=cfg.sampling.stop_after_answer, progress=progress)
+                                  stop_after_answer=cfg.sampling.stop_after_answer, turns=eval_turns,
+                                  progress=progress)
                 report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
                           **report}
                 before_path = run_dir / "eval-before.json"
@@ -548,7 +564,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         raise TrainingError(str(exc)) from exc
     finally:
         if own_env:
-            env.close()
+            scorer.close()  # the envs were handed it, so they leave it open
     return result
 
 
