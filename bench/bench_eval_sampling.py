@@ -35,18 +35,26 @@ from mlx_swe_rl.puzzles.format import load_puzzles
 @click.option("--max-tokens", default=256, show_default=True)
 @click.option("--repeats", default=1, show_default=True, help="Timed runs (median), after a short warm-up.")
 @click.option("--label", default="", help="Names this run in the output (e.g. the tree measured).")
+@click.option("--stop-after-answer", is_flag=True, help="End completions at the answer's closing fence, as eval does "
+                                                         "by default since the answer-end stop.")
 @click.option("--out", default="outputs/bench/eval_sampling.json", show_default=True, type=click.Path(path_type=Path))
-def main(model_spec: str, n_puzzles: int, batch: int, max_tokens: int, repeats: int, label: str, out: Path) -> None:
+def main(model_spec: str, n_puzzles: int, batch: int, max_tokens: int, repeats: int, label: str,
+         stop_after_answer: bool, out: Path) -> None:
     model, tokenizer = load_model(model_spec, dtype="float32")
-    puzzles = load_puzzles()
-    prompts = [encode_chat(tokenizer, build_messages(p)) for p in puzzles[:n_puzzles or len(puzzles)]]
+    puzzles = load_puzzles()[:n_puzzles or None]
+    prompts = [encode_chat(tokenizer, build_messages(p)) for p in puzzles]
     # Trees without the option always computed log-probabilities; eval does not need them.
     extra = {"logprobs": False} if "logprobs" in inspect.signature(sample).parameters else {}
+    if stop_after_answer:  # only on trees that have it
+        from mlx_swe_rl.env.prompts import AnswerEnd
+
+        extra["stop"] = [AnswerEnd(p.entry_point) for p in puzzles]
 
     def run():
         return sample(model, tokenizer, prompts, max_tokens=max_tokens, temperature=0.0, batch_size=batch, **extra)
 
-    sample(model, tokenizer, prompts[:2], max_tokens=8, temperature=0.0, **extra)  # warm-up
+    sample(model, tokenizer, prompts[:2], max_tokens=8, temperature=0.0,
+           **{k: v[:2] if k == "stop" else v for k, v in extra.items()})  # warm-up
     runs = [run() for _ in range(repeats)]
     seconds = statistics.median(r.stats.seconds for r in runs)
     result = min(runs, key=lambda r: abs(r.stats.seconds - seconds))
@@ -73,13 +81,15 @@ def main(model_spec: str, n_puzzles: int, batch: int, max_tokens: int, repeats: 
     click.echo(f"ceilings: {ceilings.gflops:.0f} GFLOP/s float32 GEMM, {ceilings.bandwidth_gbs:.1f} GB/s streaming; "
                f"tree {Path(mlx_swe_rl.__file__).parent.parent}{f' ({label})' if label else ''}")
     click.echo(f"eval workload: {len(prompts)} prompts ({min(p for p, _ in lengths)}-{max(p for p, _ in lengths)} "
-               f"tokens), greedy, <= {max_tokens} new tokens, batch {batch}; median of {repeats}")
+               f"tokens), greedy, <= {max_tokens} new tokens, batch {batch}"
+               f"{', ending at the answer' if stop_after_answer else ''}; median of {repeats}")
     print_table(rows, [("what", "phase", ""), ("seconds", "seconds", ".1f"), ("floor_s", "floor s", ".1f"),
                        ("of_floor", "of floor", ".0%")], click.echo)
     click.echo(f"{generated} tokens: {tok_s:.1f} tokens/s (floor {floor_tok_s:.0f}: prefill at the GEMM ceiling, "
                f"a full batch every step, each weight and KV entry read once per step)")
     warn_below_floor([(r["what"], r["seconds"], r["floor_s"]) for r in rows], click.echo)
     write_result(out, {"model": model_spec, "label": label, "prompts": len(prompts), "batch": batch,
+                       "stop_after_answer": stop_after_answer,
                        "max_tokens": max_tokens, "runs_seconds": [r.stats.seconds for r in runs],
                        "generated_tokens": generated, "tokens_per_second": tok_s, "seconds": stats.seconds,
                        "prefill_seconds": prefill_s, "floor_seconds": {"prefill": prefill_floor, "decode": decode_floor},

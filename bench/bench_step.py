@@ -31,9 +31,11 @@ TARGETS = {"step_s": 18, "peak_memory_gb": 2}
 @click.command()
 @click.option("--model", "model_spec", default="smollm2-135m", show_default=True)
 @click.option("--steps", default=3, show_default=True, help="Timed steps after one warm-up.")
+@click.option("--full-completions", is_flag=True, help="Completions run to EOS or the limit (before the answer-end stop).")
 @click.option("--out", default="outputs/bench_step.json", show_default=True, type=click.Path(path_type=Path))
-def main(model_spec: str, steps: int, out: Path) -> None:
+def main(model_spec: str, steps: int, full_completions: bool, out: Path) -> None:
     cfg = load_config(None, [f"model.spec={model_spec}", "model.dtype=float32", "sampling.group_size=8",
+                             f"sampling.stop_after_answer={'false' if full_completions else 'true'}",
                              "sampling.max_tokens=128", "sampling.temperature=0.8", "finetune.mode=lora",
                              "finetune.lora.rank=8", "finetune.lora.num_layers=-1", "grpo.beta=0.04",
                              "grpo.num_iterations=1", "train.micro_batch_size=8", "optim.lr=1e-5",
