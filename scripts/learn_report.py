@@ -4,7 +4,7 @@ the Markdown table README "Results" shows.
 Every change is paired over the same puzzles: after training minus the base model (each run),
 and on-policy minus frozen sampler (same seed and steps), with 95% bootstrap CIs over puzzles.
 
-    python scripts/learn_report.py [--runs outputs/learn] [--out docs/results]
+    python scripts/learn_report.py [--runs outputs/learn] [--out docs/results] [--name learn]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
                         owners.append(row["id"])
                 solved: dict[str, list[bool]] = {}
                 for owner, (_, info) in zip(owners, env.score(items)):
-                    solved.setdefault(owner, []).append(info["format_ok"] and info["passed"] == info["total"])
+                    solved.setdefault(owner, []).append(info["solved"])
                 rates = [sum(v) / len(v) for v in solved.values()]
                 out.setdefault(run, {})[s] = {"recorded": overall(report)[0], "first_block": sum(rates) / len(rates)}
     return out
@@ -165,19 +165,20 @@ def figure(result: dict[str, Any], out: Path) -> Path:
 @click.command()
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=Path("outputs/learn"), show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
-def main(runs_dir: Path, out_dir: Path) -> None:
+@click.option("--name", default="learn", show_default=True, help="Writes NAME.json and NAME.png.")
+def main(runs_dir: Path, out_dir: Path, name: str) -> None:
     if not (runs_dir / "eval-base-train.json").is_file():
         sys.exit(f"{runs_dir}: no eval-base-train.json: run scripts/learn.sh first")
     result = collect(runs_dir)
     result["first_block"] = first_block_rates(runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "learn.json", result)
-    figure(result, out_dir / "learn.png")
+    write_json_atomic(out_dir / f"{name}.json", result)
+    figure(result, out_dir / f"{name}.png")
     click.echo(markdown(result))
     click.echo("\navg@K as recorded / with every completion cut after its first code block (%):")
     for run, sets in result["first_block"].items():
         click.echo(f"  {run:<12} " + ", ".join(f"{s} {pct(v['recorded'])} / {pct(v['first_block'])}" for s, v in sets.items()))
-    click.echo(f"wrote {out_dir / 'learn.json'} and {out_dir / 'learn.png'}")
+    click.echo(f"wrote {out_dir / f'{name}.json'} and {out_dir / f'{name}.png'}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SWE-RL on a real history (README "Train on your own repository"): mine REPO (a local clone;
+# measured on more-itertools: git clone https://github.com/more-itertools/more-itertools), check
+# the tasks, evaluate SmolLM2-135M on the held-out (newest) tasks, train configs/mined.yaml on the
+# training tasks and evaluate again, paired. Resumable. Mined code stays under outputs/ (never
+# commit it: it is the repository's, under its licence). Then: python scripts/mine_report.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=${1:?usage: scripts/mine_experiment.sh REPO}
+out=${OUT:-outputs/mine-experiment}
+mkdir -p "$out"
+quiet=${QUIET:+--quiet}
+[ -d outputs/mined ] || mlx-swe-rl puzzles mine "$repo" --out outputs/mined
+[ -f "$out/check.txt" ] || mlx-swe-rl puzzles check outputs/mined | tee "$out/check.txt"
+
+evaluate() {  # NAME ADAPTER
+  local file=$out/eval-$1-heldout.json
+  [ -f "$file" ] && return 0
+  local args=(--model smollm2-135m --puzzles outputs/mined --split heldout -K 4 --max-tokens 384 --batch-size 64
+              --seed 0 --out "$file")
+  [ "$2" = none ] || args+=(--adapter "$2" --baseline "$out/eval-base-heldout.json")
+  mlx-swe-rl eval "${args[@]}"
+}
+
+evaluate base none
+resume=
+[ -f "$out/mined/config.yaml" ] && resume=--resume
+mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" $resume $quiet
+evaluate mined "$out/mined"
+echo "done: python scripts/mine_report.py"
