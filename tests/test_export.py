@@ -18,27 +18,20 @@ from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.export import ExportError, export_run
 from mlx_swe_rl.rl.trainer import train
 from mlx_swe_rl.runfiles import default_mode
+from test_trainer import ChoiceEnv
 
 CHECK = ["--check-puzzles", "4", "--max-tokens", "24"]
 
 
-class ParityEnv:
-    """Short prompts; reward 1 for completions of an even number of characters: a signal that
-    moves the adapters in a few steps, with no sandbox."""
+class ParityEnv(ChoiceEnv):
+    """Reward 1 for completions of an even number of characters: a signal that moves the
+    adapters in a few steps, with no sandbox."""
 
-    def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
-        return [{"role": "user", "content": puzzle_id.replace("_", " ")}]
+    def __init__(self):
+        super().__init__([])
 
-    def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
-        return None
-
-    def score(self, items):
-        out = []
-        for _, text in items:
-            r = float(len(text) % 2 == 0)
-            out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [],
-                            "solved": r == 1.0, "reward_parts": {"parity": r}}))
-        return out
+    def reward(self, text: str) -> float:
+        return float(len(text) % 2 == 0)
 
 
 def trained_run(tmp_path, model_dir, name: str, mode: str = "lora"):

@@ -41,10 +41,13 @@ class ChoiceEnv:
     def stop_rule(self, puzzle_id: str) -> None:  # completions run to EOS or the limit
         return None
 
+    def reward(self, text: str) -> float:
+        return 1.0 if any(text.startswith(c) for c in self.chosen) else 0.0
+
     def score(self, items):
         out = []
         for _, text in items:
-            r = 1.0 if any(text.startswith(c) for c in self.chosen) else 0.0
+            r = self.reward(text)
             out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [], "solved": r == 1.0,
                             "reward_parts": {"choice": r}}))
         self.scored += len(items)
