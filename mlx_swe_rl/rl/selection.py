@@ -88,7 +88,8 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
         f"T={settings['temperature']}, <= {settings['max_tokens']} tokens, {settings['rounds']} rounds)")
     model.eval()
     report = calibrate(model, tokenizer, env, candidates, **settings, seed=cfg.seed,
-                       batch_size=cfg.sampling.batch_size, advantage=cfg.grpo.advantage, progress=progress)
+                       batch_size=cfg.sampling.batch_size, advantage=cfg.grpo.advantage,
+                       stop_after_answer=cfg.sampling.stop_after_answer, progress=progress)
     mixed = [p for p, row in zip(candidates, report["puzzles"]) if row["category"] == MIXED]
     write_json_atomic(run_dir / CALIBRATION_FILE, report)
     counts = ", ".join(f"{k} {report['categories'].get(k, 0)}" for k in ("mixed", "all-failed", "all-solved"))
