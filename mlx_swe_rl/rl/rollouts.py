@@ -191,11 +191,6 @@ class _Episodes:
         self.mismatched: set[int] = set()
         self.score_seconds = 0.0
 
-    def root(self, s: Sample) -> Sample:
-        while s.parent is not None:
-            s = s.parent
-        return s
-
     def chain(self, s: Sample) -> list[Sample]:
         """The turns up to and including `s`, first turn first."""
         turns = [s]
@@ -204,7 +199,7 @@ class _Episodes:
         return turns[::-1]
 
     def puzzle_of(self, s: Sample) -> Puzzle:
-        return self.puzzles[self.root(s).prompt_index]
+        return self.puzzles[self.chain(s)[0].prompt_index]  # a first turn's prompt is its puzzle's
 
     def follow_up(self, s: Sample):
         self.waiting.append(s)
@@ -236,7 +231,7 @@ class _Episodes:
             ids += turn.token_ids + self.bridges[id(turn)]
         ids += s.token_ids + bridge
         if self.tokenizer.decode(ids) != render(self.tokenizer, messages, True):
-            self.mismatched.add(id(self.root(s)))
+            self.mismatched.add(id(turns[0]))
             return None
         self.bridges[id(s)] = bridge
         return bridge
