@@ -2,7 +2,8 @@
 # Multi-turn repair measured (README "Multi-turn repair"): SmolLM2-135M on the learning
 # experiment's data (scripts/learn.sh makes it). Trains configs/multi_turn.yaml (2 answers per
 # episode, reward on hidden tests) and single-turn GRPO on the same puzzles with as many sampled
-# tokens (configs/learn.yaml, run until its tokens match), then evaluates the base model and both
+# tokens (configs/learn.yaml, run until its tokens match: scripts/learn.sh's seed-0 run continued,
+# LEARN=its directory), then evaluates the base model and both
 # runs with 2-answer episodes (avg@4, public tests' feedback; the training set also with the
 # generic-feedback ablation and the best-of-2 baseline). Resumable. Then:
 # python scripts/multi_turn_report.py
@@ -43,7 +44,10 @@ evaluate base none heldout
 evaluate base none train generic --feedback generic
 evaluate base none train best --best-of-n
 train multi-turn configs/multi_turn.yaml
-# single-turn with the same sampled tokens: as many steps as it takes to match the multi-turn run's
+# single-turn with the same sampled tokens: as many steps as it takes to match the multi-turn run's,
+# continuing scripts/learn.sh's seed-0 run (the same config and seed) when it is there
+[ -d "$out/single-turn" ] || [ ! -f "${LEARN:-outputs/learn}/onpolicy-s0/history.jsonl" ] || \
+  cp -r "${LEARN:-outputs/learn}/onpolicy-s0" "$out/single-turn"
 tokens=$(python -c "import json,sys; print(sum(json.loads(l)['completion_len'] * 40 for l in open('$out/multi-turn/history.jsonl')))")
 steps=16
 while :; do

@@ -315,3 +315,22 @@ def test_eval_turns_prints_the_per_turn_table_and_writes_the_fields(tiny_model_d
         assert all(set(t) >= {"text", "code", "public_ok", "solved", "feedback"} for t in turns)
     # a random model writes no code: every first answer gets the no-code feedback and a second turn
     assert m["mean_turns"] == 2.0
+
+
+def test_calibration_of_multi_turn_episodes(tiny_model, chosen):
+    from mlx_swe_rl.puzzles.format import load_puzzles
+    from mlx_swe_rl.rl.calibration import calibrate
+
+    model, tokenizer = tiny_model
+    puzzles = load_puzzles(tiers=["easy"])[:4]
+    report = calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, group_size=4, temperature=1.0, max_tokens=6,
+                       turns=2, progress=False)
+    assert report["settings"]["turns"] == 2
+    for row in report["puzzles"]:
+        assert row["samples"] == 4
+        for c in row["completions"]:
+            assert 1 <= len(c["turns"]) <= 2
+            assert c["solved"] == c["turns"][-1]["solved"]  # an episode is judged by its last answer
+    with pytest.raises(ValueError, match="single-turn"):
+        calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, group_size=4, temperature=1.0, max_tokens=6,
+                  turns=2, rounds=2, progress=False)
