@@ -125,7 +125,7 @@ def sample(
     gate: Callable[[int], bool | None] | None = None,
     on_sample: Callable[[Sample], None] | None = None,
     stop: Sequence[StopRule | None] | None = None,
-    follow_up: Callable[[Sample], Callable[[], list[int] | None]] | None = None,
+    follow_up: Callable[[Sample], Callable[[], list[int] | None] | None] | None = None,
     progress: bool = False,
     desc: str = "sampling",
 ) -> SamplingResult:
@@ -151,8 +151,8 @@ def sample(
     its log-probs). A stop changes nothing before it; after it the batch holds other rows, so
     later random draws of the other completions differ from an unstopped run's.
 
-    `follow_up(s)`, when given, is called as each completion s finishes and returns a decider.
-    The sampler calls the decider when s's next turn could join the batch (at a refill, so a
+    `follow_up(s)`, when given, is called as each completion s finishes and returns None (no
+    next turn) or a decider. The sampler calls the decider when s's next turn could join the batch (at a refill, so a
     caller can settle many finished completions at once, e.g. score them together) and it
     returns the token ids to append after s's tokens (the turn's end, a new user message, the
     assistant header) or None: no next turn. The next turn decodes from s's own KV cache, so
@@ -174,7 +174,7 @@ def sample(
     caches = PrefixCaches(model, prompts, owner, share_prefix, stats)
     made: list[Sample | None] = [None] * len(owner)
     rules = [stop[p] for p in owner] if stop is not None else [None] * len(owner)
-    stops = StopMatcher(tokenizer, rules) if any(rules) or follow_up is not None else None
+    stops = StopMatcher(tokenizer, rules) if any(rules) else None  # later turns copy these
     turns: dict[int, NextTurn] = {}  # later turns waiting to join, by sequence
     parent_of: dict[int, Sample] = {}  # the previous turn of each later turn that joined
 
@@ -188,12 +188,13 @@ def sample(
         made[seq] = done = Sample(owner[seq], ids, tokenizer.decode(text_ids), lps, how, parent_of.pop(seq, None))
         if on_sample is not None:
             on_sample(done)
-        if follow_up is None:
+        decider = follow_up(done) if follow_up is not None else None
+        if decider is None:
             return []
         # the next turn starts from this row's cache: evaluated now, before the batch drops it
         cache = row_cache()
         mx.eval([c.state for c in cache])
-        turns[len(made)] = NextTurn(done, follow_up(done), cache, rules[seq])
+        turns[len(made)] = NextTurn(done, decider, cache)
         owner.append(-1)  # its prompt is known once decided
         made.append(None)
         rules.append(rules[seq])
@@ -257,7 +258,6 @@ class NextTurn:
     parent: Sample
     decider: Callable[[], list[int] | None]
     cache: list[Any]  # the parent row's KV cache: its prompt and tokens, all but the last one
-    rule: Any
 
     def decide(self, prompts: list[list[int]], owner: list[int], seq: int) -> bool:
         """Ask the decider; on a next turn, record its prompt as sequence `seq`'s."""

@@ -163,15 +163,15 @@ def collect_rollouts(
                     stop=stop_rules(env, puzzles, stop_after_answer),
                     follow_up=episodes.follow_up if episodes else None,
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
-    start = time.perf_counter()
     if episodes is None:
+        start = time.perf_counter()
         rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
         groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
-    else:
-        groups = [[episodes.rollout(p, s, result.later, turn_penalty) for s in group]
-                  for p, group in zip(puzzles, result.groups)]
-    score_seconds = time.perf_counter() - start + (episodes.score_seconds if episodes else 0.0)
-    return RolloutBatch(puzzles, prompts, groups, result.stats, score_seconds)
+        return RolloutBatch(puzzles, prompts, groups, result.stats, time.perf_counter() - start)
+    episodes.score_waiting()  # the last answers, which had no next turn to decide
+    groups = [[episodes.rollout(p, s, result.later, turn_penalty) for s in group]
+              for p, group in zip(puzzles, result.groups)]
+    return RolloutBatch(puzzles, prompts, groups, result.stats, episodes.score_seconds)
 
 
 class _Episodes:
@@ -202,12 +202,15 @@ class _Episodes:
         return self.puzzles[self.chain(s)[0].prompt_index]  # a first turn's prompt is its puzzle's
 
     def follow_up(self, s: Sample):
+        """Queue `s` for scoring; no decider for the last answer an episode may give."""
         self.waiting.append(s)
-        return lambda: self.decide(s)
+        return None if len(self.chain(s)) >= self.max_turns else (lambda: self.decide(s))
 
     def score_waiting(self) -> None:
         start = time.perf_counter()
         batch, self.waiting = self.waiting, []
+        if not batch:
+            return
         for s, verdict in zip(batch, self.env.score([(self.puzzle_of(s).id, s.text) for s in batch])):
             self.verdicts[id(s)] = verdict
         self.score_seconds += time.perf_counter() - start
@@ -219,7 +222,7 @@ class _Episodes:
             self.score_waiting()
         _, info = self.verdicts[id(s)]
         turns = self.chain(s)
-        if info["public_ok"] or len(turns) >= self.max_turns:
+        if info["public_ok"]:
             return None
         bridge = self.frame.bridge(self.tokenizer, info["feedback"], s.finish == EOS)
         messages = self.env.prompt_for(self.puzzle_of(s).id)
