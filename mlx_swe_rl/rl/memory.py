@@ -173,9 +173,12 @@ class Workload:
         number of puzzles calibrated (puzzles.select: mixed)."""
         s, t, f = cfg.sampling, cfg.train, cfg.finetune
         micro = min(t.micro_batch_size, s.group_size)
-        phases = {"sampling": Sampling(t.puzzles_per_step * s.group_size, s.max_tokens, train_prompt)}
+        phases = {"sampling": Sampling(t.puzzles_per_step * s.group_size,
+                                       episode_tokens(cfg, cfg.multi_turn.max_turns, s.max_tokens), train_prompt)}
         if eval_puzzles and (t.final_eval or t.eval_every):
-            phases["eval"] = Sampling(eval_puzzles * t.eval_samples, t.eval_max_tokens or s.max_tokens, eval_prompt)
+            phases["eval"] = Sampling(eval_puzzles * t.eval_samples,
+                                      episode_tokens(cfg, t.eval_turns or cfg.multi_turn.max_turns,
+                                                     t.eval_max_tokens or s.max_tokens), eval_prompt)
         if candidates and cfg.puzzles.select == "mixed":
             c = cfg.puzzles.calibration
             phases["calibration"] = Sampling(candidates * (c.group_size or s.group_size),
@@ -187,6 +190,13 @@ class Workload:
                    lora_keys=tuple(f.lora.keys or ALL_LINEARS), group_size=s.group_size,
                    puzzles_per_step=t.puzzles_per_step, micro_batch=micro, train_prompt=train_prompt,
                    batch_size=s.batch_size, phases=phases)
+
+
+def episode_tokens(cfg: Config, turns: int, max_tokens: int) -> int:
+    """The most tokens after the prompt in an episode of `turns` answers: each answer's
+    `max_tokens` and, between answers, the feedback's user turn (its characters bound its tokens;
+    the chat template adds a few dozen)."""
+    return turns * max_tokens + (turns - 1) * (cfg.multi_turn.feedback_chars + 64)
 
 
 # --- the estimate --------------------------------------------------------------------------------
