@@ -292,3 +292,17 @@ def test_a_port_in_use_is_a_one_line_error(run_dir):
             open_server(run_dir, port)
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert result.output.startswith(f"Error: --port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_a_multi_turn_rollout_shows_its_turns_and_the_feedback():
+    from mlx_swe_rl.reports.watch import _rollout_view
+
+    line = {"reward": 1.0, "solved": True, "completion": "```python\ndef f():\n    return 2\n```", "code": "def f():\n    return 2",
+            "tests": [], "turns": [{"completion": "first try", "code": None, "public_ok": False, "solved": False,
+                                    "feedback": "Your reply held no code."},
+                                   {"completion": "second", "code": "def f():\n    return 2", "public_ok": True,
+                                    "solved": True, "feedback": None}]}
+    view = _rollout_view(line, None)
+    assert [t["completion"] for t in view["turns"]] == ["first try", "second"]
+    assert view["turns"][0]["feedback"] == "Your reply held no code." and view["turns"][1]["feedback"] is None
+    assert _rollout_view({"completion": "x"}, None)["turns"] is None  # single-turn lines have none

@@ -341,7 +341,10 @@ def _rollout_view(r: dict[str, Any], puzzle: Any) -> dict[str, Any]:
             "tokens": r.get("tokens"), "truncated": r.get("truncated"), "code": code,
             "diff": code_diff(buggy, code) if code is not None and buggy is not None else None,
             "tests": [{"status": str(t.get("status", "?")), "detail": str(t.get("detail", ""))}
-                      for t in tests if isinstance(t, dict)] if isinstance(tests, list) else None}
+                      for t in tests if isinstance(t, dict)] if isinstance(tests, list) else None,
+            "turns": [{"completion": str(t.get("completion", "")), "public_ok": t.get("public_ok"),
+                       "solved": bool(t.get("solved")), "feedback": t.get("feedback")}
+                      for t in r["turns"] if isinstance(t, dict)] if isinstance(r.get("turns"), list) else None}
 
 
 def _puzzle_changes(evals: dict[str, dict[str, Any]]) -> dict[str, list[str]] | None:

@@ -457,7 +457,14 @@ function rolloutDetail(p, r) {
   else tests = el("div", {}, el("h4", {text: "tests: " + r.tests.filter(t => t.status === "passed").length + " of " + r.tests.length + " passed"}),
     r.tests.map((t, i) => el("div", {class: "test"}, el("span", {class: "status " + t.status, text: t.status}),
       el("span", {class: "muted", text: "#" + (i + 1)}), el("span", {class: "d", text: t.detail || ""}))));
-  return [el("div", {class: "detail"}, left, right), el("div", {class: "tests"}, tests)];
+  // a multi-turn episode: its earlier answers and the feedback each got, above the last answer
+  const earlier = Array.isArray(r.turns) && r.turns.length > 1 ? el("div", {class: "turns"},
+    r.turns.slice(0, -1).map((t, i) => el("div", {class: "turn"},
+      el("h4", {}, "answer " + (i + 1), el("span", {class: "badge", text: t.public_ok ? "public tests passed" : "public tests failed"})),
+      el("pre", {text: t.completion || "(empty)"}),
+      el("h4", {text: "feedback shown"}), el("pre", {class: "feedback", text: t.feedback || "(none)"}))),
+    el("h4", {text: "answer " + r.turns.length + " (last)"})) : null;
+  return [earlier, el("div", {class: "detail"}, left, right), el("div", {class: "tests"}, tests)].filter(Boolean);
 }
 
 function drawConfig(d) {
