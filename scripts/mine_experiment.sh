@@ -4,6 +4,8 @@
 # the tasks, evaluate SmolLM2-135M on the held-out (newest) tasks, train configs/mined.yaml on the
 # training tasks and evaluate again, paired. Resumable. Mined code stays under outputs/ (never
 # commit it: it is the repository's, under its licence). Then: python scripts/mine_report.py
+# K (samples per held-out task, default 4) and STEPS (training steps, default configs/mined.yaml's)
+# make a shorter run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=${1:?usage: scripts/mine_experiment.sh REPO}
@@ -16,7 +18,7 @@ quiet=${QUIET:+--quiet}
 evaluate() {  # NAME ADAPTER
   local file=$out/eval-$1-heldout.json
   [ -f "$file" ] && return 0
-  local args=(--model smollm2-135m --puzzles outputs/mined --split heldout -K 4 --max-tokens 384 --batch-size 64
+  local args=(--model smollm2-135m --puzzles outputs/mined --split heldout -K "${K:-4}" --max-tokens 384 --batch-size 64
               --seed 0 --out "$file")
   [ "$2" = none ] || args+=(--adapter "$2" --baseline "$out/eval-base-heldout.json")
   mlx-swe-rl eval "${args[@]}"
@@ -25,6 +27,8 @@ evaluate() {  # NAME ADAPTER
 evaluate base none
 resume=
 [ -f "$out/mined/config.yaml" ] && resume=--resume
-mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" $resume $quiet
+steps=()
+[ -z "${STEPS:-}" ] || steps=(--set train.steps="$STEPS")
+mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" "${steps[@]}" $resume $quiet
 evaluate mined "$out/mined"
 echo "done: python scripts/mine_report.py"

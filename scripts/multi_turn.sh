@@ -7,6 +7,7 @@
 # runs with 2-answer episodes (avg@4, public tests' feedback; the training set also with the
 # generic-feedback ablation and the best-of-2 baseline). Resumable. Then:
 # python scripts/multi_turn_report.py
+# SETS="train" skips the held-out evaluations (the reduced run README reports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-outputs/multi-turn}
@@ -39,8 +40,8 @@ train() {  # RUN CONFIG KEY=VALUE...
   mlx-swe-rl train --config "$config" "${sets[@]}" $resume $quiet
 }
 
-evaluate base none train
-evaluate base none heldout
+sets=${SETS:-train heldout}
+for set in $sets; do evaluate base none "$set"; done
 evaluate base none train generic --feedback generic
 evaluate base none train best --best-of-n
 train multi-turn configs/multi_turn.yaml
@@ -57,8 +58,7 @@ while :; do
   steps=$((steps + 2))
 done
 for run in multi-turn single-turn; do
-  evaluate "$run" "$out/$run" train
-  evaluate "$run" "$out/$run" heldout
+  for set in $sets; do evaluate "$run" "$out/$run" "$set"; done
 done
 evaluate multi-turn "$out/multi-turn" train generic --feedback generic
 echo "done: python scripts/multi_turn_report.py"
