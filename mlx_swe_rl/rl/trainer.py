@@ -37,7 +37,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from . import alarms, memory
 from . import distributed as dist
-from .config import AlarmConfig, Config, to_dict
+from .config import AlarmConfig, Config, ConfigError, from_dict, to_dict
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
@@ -399,8 +399,13 @@ RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_e
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> None:
-    """The saved config must match the current one, except for the RESUME_FREE keys."""
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    """The saved config must match the current one, except for the RESUME_FREE keys. A key the
+    saved config lacks (written before that key existed) counts as its default, which keeps
+    the behaviour it had then."""
+    try:
+        saved = to_dict(from_dict(Config, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}))
+    except ConfigError as exc:
+        raise TrainingError(f"--resume: {run_dir / 'config.yaml'}: {exc}") from None
     now = to_dict(cfg)
     for section, value in now.items():
         before = saved.get(section)
