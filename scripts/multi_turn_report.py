@@ -49,6 +49,7 @@ def training(run_dir: Path) -> dict[str, Any] | None:
     return {"steps": len(history), "sampled_tokens": round(sum(h["completion_len"] * n for h in history)),
             "answers_per_episode": sum(h.get("turns", 1) for h in history) / len(history),
             "step_s": sum(h["step_s"] for h in history) / len(history),
+            "step_s_per_step": [h["step_s"] for h in history],
             "peak_memory_gb": max(h["peak_memory_gb"] for h in history),
             "reward_mean": [h["reward_mean"] for h in history]}
 
