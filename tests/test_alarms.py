@@ -87,9 +87,12 @@ def recorded_runs() -> dict[str, list[dict]]:
     """Step curves of the project's recorded runs (docs/results), as history records."""
     results = Path(__file__).resolve().parents[1] / "docs" / "results"
     runs = {name: run["curves"] for name, run in json.loads((results / "learn.json").read_text())["runs"].items()}
+    runs |= {f"{name} (stop)": run["curves"]
+             for name, run in json.loads((results / "learn-stop.json").read_text())["runs"].items()}
     quick = json.loads((results / "quickstart.json").read_text())
     runs |= {f"quickstart {key}": quick[key] for key in ("mask_truncated: false (the quick start)",
-                                                          "mask_truncated: true")}
+                                                          "mask_truncated: true",
+                                                          "stop_after_answer (the quick start, 2026-12-01)")}
     keys = ("reward_mean", "completion_len", "truncation_rate", "zero_var_frac")
     return {name: [step(i + 1, **{k: c[k][i] for k in keys if k in c}) for i in range(len(c["reward_mean"]))]
             for name, c in runs.items()}
@@ -102,6 +105,9 @@ def recorded_runs() -> dict[str, list[dict]]:
     ("quickstart mask_truncated: true", [(11, "length_limit"), (12, "truncation")]),
     ("onpolicy-s1", []), ("frozen-s0", []), ("drgrpo-s0", []),
     ("quickstart mask_truncated: false (the quick start)", []),
+    # the same experiment and the quick start with completions ended at the answer: no alarm
+    ("onpolicy-s0 (stop)", []), ("onpolicy-s1 (stop)", []), ("frozen-s0 (stop)", []),
+    ("quickstart stop_after_answer (the quick start, 2026-12-01)", []),
 ])
 def test_recorded_runs(name, expected):
     """The runs docs/results records: the two whose lengths ran into the limit trip well before
