@@ -7,7 +7,8 @@
 # runs with 2-answer episodes (avg@4, public tests' feedback; the training set also with the
 # generic-feedback ablation and the best-of-2 baseline). Resumable. Then:
 # python scripts/multi_turn_report.py
-# SETS="train" skips the held-out evaluations (the reduced run README reports).
+# SETS="train" skips the held-out evaluations, MT_STEPS=N trains the multi-turn run for N steps
+# (the reduced run README reports: SETS=train MT_STEPS=8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-outputs/multi-turn}
@@ -44,7 +45,7 @@ sets=${SETS:-train heldout}
 for set in $sets; do evaluate base none "$set"; done
 evaluate base none train generic --feedback generic
 evaluate base none train best --best-of-n
-train multi-turn configs/multi_turn.yaml
+train multi-turn configs/multi_turn.yaml ${MT_STEPS:+train.steps=$MT_STEPS}
 # single-turn with the same sampled tokens: as many steps as it takes to match the multi-turn run's,
 # continuing scripts/learn.sh's seed-0 run (the same config and seed) when it is there
 [ -d "$out/single-turn" ] || [ ! -f "${LEARN:-outputs/learn}/onpolicy-s0/history.jsonl" ] || \
