@@ -20,6 +20,9 @@ CURVES = ("completion_len", "truncation_rate", "reward_mean", "step_s", "peak_me
 
 def run_entry(run: Path) -> dict[str, Any]:
     """The figures of one quick-start run directory, read from its own files."""
+    for name in ("eval-after.json", "history.jsonl"):
+        if not (run / name).is_file():
+            raise click.ClickException(f"{run / name}: missing (is the run finished, with train.final_eval?)")
     after = json.loads((run / "eval-after.json").read_text())
     if "change_vs_before" not in after:
         raise click.ClickException(f"{run / 'eval-after.json'}: no change_vs_before (no eval-before.json?)")
