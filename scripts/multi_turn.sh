@@ -41,8 +41,8 @@ train() {  # RUN CONFIG KEY=VALUE...
   mlx-swe-rl train --config "$config" "${sets[@]}" $resume $quiet
 }
 
-sets=${SETS:-train heldout}
-for set in $sets; do evaluate base none "$set"; done
+eval_sets=${SETS:-train heldout}
+for set in $eval_sets; do evaluate base none "$set"; done
 evaluate base none train generic --feedback generic
 evaluate base none train best --best-of-n
 train multi-turn configs/multi_turn.yaml ${MT_STEPS:+train.steps=$MT_STEPS}
@@ -59,7 +59,7 @@ while :; do
   steps=$((steps + 2))
 done
 for run in multi-turn single-turn; do
-  for set in $sets; do evaluate "$run" "$out/$run" "$set"; done
+  for set in $eval_sets; do evaluate "$run" "$out/$run" "$set"; done
 done
 evaluate multi-turn "$out/multi-turn" train generic --feedback generic
 echo "done: python scripts/multi_turn_report.py"

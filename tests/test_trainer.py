@@ -307,7 +307,6 @@ def test_resume_may_extend_the_run(resumed_runs, tiny_model_dir, chosen):
     assert json.loads((longer.run_dir / "checkpoint" / "state.json").read_text())["step"] == 7
 
 
-
 def test_a_run_saved_before_a_key_existed_resumes_with_its_default(tmp_path):
     """A config.yaml written by an older version lacks later keys; they count as their defaults
     (the behaviour the run had), so it resumes; a key this version does not know, or a changed
@@ -326,6 +325,7 @@ def test_a_run_saved_before_a_key_existed_resumes_with_its_default(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     with pytest.raises(TrainingError, match="grpo.retired_key: unknown key"):
         trainer_module.check_resumable(tmp_path, cfg)
+
 
 # ------------------------------------------------------------------------------ 5. NaN guard
 def nan_objective(monkeypatch) -> None:

@@ -37,7 +37,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from . import alarms, memory
 from . import distributed as dist
-from .config import AlarmConfig, Config, ConfigError, from_dict, to_dict
+from .config import AlarmConfig, Config, ConfigError, load_config, to_dict
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
@@ -399,22 +399,22 @@ RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_e
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> None:
-    """The saved config must match the current one, except for the RESUME_FREE keys. A key the
-    saved config lacks (written before that key existed) counts as its default, which keeps
-    the behaviour it had then."""
+    """The saved config must match the current one, except for the RESUME_FREE keys. The saved
+    config is read like any config, so a key it lacks (written before that key existed) counts as
+    its default, which keeps the behaviour it had then."""
     try:
-        saved = to_dict(from_dict(Config, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}))
+        saved = to_dict(load_config(run_dir / "config.yaml"))
     except ConfigError as exc:
-        raise TrainingError(f"--resume: {run_dir / 'config.yaml'}: {exc}") from None
-    now = to_dict(cfg)
-    for section, value in now.items():
-        before = saved.get(section)
+        raise TrainingError(f"--resume: {exc}") from None
+
+    def shaping(section: str, value: Any) -> Any:
+        """The part of a section that shapes the weights (None: the whole section may change)."""
         if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if f"{section}.{k}" not in RESUME_FREE}
-            before = {k: v for k, v in (before or {}).items() if f"{section}.{k}" not in RESUME_FREE}
-        elif section in RESUME_FREE:
-            continue
-        if before != value:
+            return {k: v for k, v in value.items() if f"{section}.{k}" not in RESUME_FREE}
+        return None if section in RESUME_FREE else value
+
+    for section, value in to_dict(cfg).items():
+        if shaping(section, saved[section]) != shaping(section, value):
             raise TrainingError(f"--resume: config differs from {run_dir / 'config.yaml'} in '{section}'")
 
 
