@@ -1,16 +1,20 @@
-"""Collect issue 14's experiment (scripts/learn.sh) into docs/results/learn.json, a figure and
-the Markdown table README "Results" shows.
+"""Collect a learning experiment into docs/results/NAME.json, a figure and the Markdown table
+README "Results" shows: issue 14's (scripts/learn.sh, `--experiment learn`) or the issue
+"Learning that transfers" (scripts/transfer.sh, `--experiment transfer`).
 
-Every change is paired over the same puzzles: after training minus the base model (each run),
-and on-policy minus frozen sampler (same seed and steps), with 95% bootstrap CIs over puzzles.
+Every change is paired over the same puzzles: after training minus the base model (each run), and
+between two runs where the experiment names such a pair (on-policy minus frozen sampler, same seed
+and steps), with 95% bootstrap CIs over puzzles; per tier or mutator family where it says so.
 
-    python scripts/learn_report.py [--runs outputs/learn] [--out docs/results] [--name learn]
+    python scripts/learn_report.py [--experiment learn] [--runs outputs/learn] [--out docs/results] [--name learn]
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +22,41 @@ import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX; matplotlib is imported below)
 from mlx_swe_rl.reports.figures import read_history, smooth
-from mlx_swe_rl.rl.stats import compare_reports
+from mlx_swe_rl.rl.stats import compare_reports, paired_change
 from mlx_swe_rl.runfiles import write_json_atomic
 
-RUNS = ("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0")  # drgrpo-s0: a variant, stopped early
-SETS = {"train": "training puzzles (40 forged, mixed at calibration)",
-        "heldout": "held-out functions (60 forged)",
-        "bundled": "bundled hand-written puzzles (54)"}
-SET_FILES = {"train": Path("outputs/learn-train40.json"), "heldout": Path("outputs/forged-easy-heldout60.json")}
+@dataclass(frozen=True)
+class Experiment:
+    """What one experiment script leaves: its runs, its evaluation sets (and the puzzle-set files
+    behind them), the run pairs compared with each other, and the sets broken down by a field."""
+
+    script: str
+    runs: tuple[str, ...]
+    sets: dict[str, str]
+    set_files: dict[str, Path]
+    pairs: tuple[tuple[str, str], ...] = ()  # (before, after)
+    breakdown: dict[str, str] = field(default_factory=dict)  # set -> puzzle field (tier, family)
+
+
+EXPERIMENTS = {
+    "learn": Experiment(
+        script="scripts/learn.sh",
+        runs=("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0"),  # drgrpo-s0: a variant, stopped early
+        sets={"train": "training puzzles (40 forged, mixed at calibration)",
+              "heldout": "held-out functions (60 forged)",
+              "bundled": "bundled hand-written puzzles (54)"},
+        set_files={"train": Path("outputs/learn-train40.json"), "heldout": Path("outputs/forged-easy-heldout60.json")},
+        pairs=(("frozen-s0", "onpolicy-s0"),)),
+    "transfer": Experiment(
+        script="scripts/transfer.sh",
+        runs=("narrow", "breadth-s0", "kl-s0", "long-s0", "breadth-s1"),  # narrow: the learn experiment's adapter
+        sets={"train": "training puzzles (49 forged, 22 functions)",
+              "valid": "validation functions (20 forged, 5 training-split functions not trained on)",
+              "heldout": "held-out functions (136 forged, 2 of each of 68)",
+              "bundled": "bundled hand-written puzzles (54)"},
+        set_files={s: Path(f"outputs/transfer/{s}.json") for s in ("train", "valid", "heldout")},
+        breakdown={"heldout": "family", "bundled": "tier"}),
+}
 CURVES = ("reward_mean", "entropy", "completion_len", "truncation_rate", "zero_var_frac", "step_s")
 
 
@@ -43,37 +74,53 @@ def overall(report: dict[str, Any]) -> list[float]:
     return [row["pass@1"], *row["ci95"]]
 
 
-def collect(runs_dir: Path) -> dict[str, Any]:
+def breakdown(before: dict[str, Any], after: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """Paired changes within each value of a puzzle field (`tier`, `family`) of two evaluations."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for row in before["puzzles"]:
+        groups[str(row.get(key))].append(row["id"])
+    rates = [{r["id"]: r["pass@1"] for r in report["puzzles"]} for report in (before, after)]
+    return {value: paired_change(*({i: r[i] for i in ids if i in r} for r in rates))
+            for value, ids in sorted(groups.items())}
+
+
+def collect(runs_dir: Path, experiment: Experiment) -> dict[str, Any]:
     """Every paired change the experiment's files allow, and each run's step curves."""
-    base = {s: load(runs_dir / f"eval-base-{s}.json") for s in SETS}
-    result: dict[str, Any] = {"sets": {}, "levels": {"base": {}}, "runs": {}, "onpolicy_vs_frozen": {}}
+    base = {s: load(runs_dir / f"eval-base-{s}.json") for s in experiment.sets}
+    result: dict[str, Any] = {"script": experiment.script, "sets": {}, "levels": {"base": {}}, "runs": {},
+                              "pairs": {}}
     for s, report in base.items():
         if report is not None:
-            result["sets"][s] = {"about": SETS[s], "samples": samples(report),
+            result["sets"][s] = {"about": experiment.sets[s], "samples": samples(report),
                                  "temperature": report["settings"]["temperature"],
                                  "max_tokens": report["settings"]["max_tokens"]}
             result["levels"]["base"][s] = overall(report)
-    for run in RUNS:
+    for run in experiment.runs:
         history = read_history(runs_dir / run) if (runs_dir / run / "history.jsonl").is_file() else []
-        if not history:
+        evaluations = {s: load(runs_dir / f"eval-{run}-{s}.json") for s in experiment.sets}
+        if not history and not any(evaluations.values()):
             continue
         entry: dict[str, Any] = {"steps": len(history),
                                  "curves": {k: [h.get(k) for h in history] for k in CURVES},
-                                 "train_hours": sum(h["step_s"] for h in history) / 3600, "change": {}}
+                                 "train_hours": sum(h["step_s"] for h in history) / 3600, "change": {},
+                                 "breakdown": {}}
         for s, before in base.items():
-            after = load(runs_dir / f"eval-{run}-{s}.json")
+            after = evaluations[s]
             if before is not None and after is not None:
                 entry["change"][s] = compare_reports(before, after)["all"]
                 result["levels"].setdefault(run, {})[s] = overall(after)
+                if s in experiment.breakdown:
+                    entry["breakdown"][s] = breakdown(before, after, experiment.breakdown[s])
         result["runs"][run] = entry
-    for s in SETS:
-        frozen, onpolicy = (load(runs_dir / f"eval-{run}-{s}.json") for run in ("frozen-s0", "onpolicy-s0"))
-        if frozen is not None and onpolicy is not None:
-            result["onpolicy_vs_frozen"][s] = compare_reports(frozen, onpolicy)["all"]
+    for first, second in experiment.pairs:
+        for s in experiment.sets:
+            before, after = (load(runs_dir / f"eval-{run}-{s}.json") for run in (first, second))
+            if before is not None and after is not None:
+                result["pairs"].setdefault(f"{second} minus {first}", {})[s] = compare_reports(before, after)["all"]
     return result
 
 
-def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
+def first_block_rates(runs_dir: Path, experiment: Experiment) -> dict[str, dict[str, float]]:
     """How much of a change is answer format: the avg@K of each evaluation's completions cut
     after their first code block (SmolLM2 often follows a right fix with a wrong "alternative"
     block, and the answer is the last block), rescored in the sandbox, next to the recorded avg@K."""
@@ -82,9 +129,9 @@ def first_block_rates(runs_dir: Path) -> dict[str, dict[str, float]]:
     from mlx_swe_rl.puzzles.trainset import load_train_set
 
     out: dict[str, dict[str, float]] = {}
-    for s, path in SET_FILES.items():
+    for s, path in experiment.set_files.items():
         with CodeFixEnv(load_train_set(path)) as env:
-            for run in ("base",) + RUNS:
+            for run in ("base",) + experiment.runs:
                 report = load(runs_dir / f"eval-{run}-{s}.json")
                 if report is None:
                     continue
@@ -119,13 +166,14 @@ def markdown(result: dict[str, Any]) -> str:
         for s, c in entry["change"].items():
             lines.append(f"| {run} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | {pct(c['before'])} | "
                          f"{pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
-    for s, c in result["onpolicy_vs_frozen"].items():
-        lines.append(f"| on-policy s0 minus frozen s0 | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | "
-                     f"{pct(c['before'])} | {pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+    for pair, changes in result["pairs"].items():
+        for s, c in changes.items():
+            lines.append(f"| {pair} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | "
+                         f"{pct(c['before'])} | {pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
     return "\n".join(lines)
 
 
-def figure(result: dict[str, Any], out: Path) -> Path:
+def figure(result: dict[str, Any], runs: tuple[str, ...], out: Path) -> Path:
     """Reward and entropy per step for each run; before/after avg@K per set with 95% CIs."""
     import matplotlib
 
@@ -133,7 +181,7 @@ def figure(result: dict[str, Any], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax_r, ax_l, ax_e, ax_b) = plt.subplots(1, 4, figsize=(20, 4.2))
-    color = {"base": "0.55", **{run: f"C{i}" for i, run in enumerate(RUNS)}}  # one colour per run in every panel
+    color = {"base": "0.55", **{run: f"C{i}" for i, run in enumerate(runs)}}  # one colour per run in every panel
     for run, entry in result["runs"].items():
         steps = range(1, entry["steps"] + 1)
         ax_r.plot(steps, smooth(entry["curves"]["reward_mean"]), color=color[run], label=run)
@@ -162,19 +210,39 @@ def figure(result: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def breakdown_lines(result: dict[str, Any]) -> list[str]:
+    """One line per run and broken-down set: each tier's or family's change in points."""
+    lines = []
+    for run, entry in result["runs"].items():
+        for s, groups in entry["breakdown"].items():
+            cells = ", ".join(f"{value} {100 * c['change']:+.1f} ({c['puzzles']})" for value, c in groups.items())
+            lines.append(f"  {run:<12} {s}: {cells}")
+    return lines
+
+
 @click.command()
-@click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=Path("outputs/learn"), show_default=True)
+@click.option("--experiment", "experiment_name", type=click.Choice(sorted(EXPERIMENTS)), default="learn",
+              show_default=True)
+@click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=None,
+              help="The experiment's output directory (default outputs/learn, outputs/transfer-runs).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
-@click.option("--name", default="learn", show_default=True, help="Writes NAME.json and NAME.png.")
-def main(runs_dir: Path, out_dir: Path, name: str) -> None:
+@click.option("--name", default=None, help="Writes NAME.json and NAME.png (default: the experiment's name).")
+def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str | None) -> None:
+    experiment = EXPERIMENTS[experiment_name]
+    runs_dir = runs_dir or Path({"learn": "outputs/learn", "transfer": "outputs/transfer-runs"}[experiment_name])
+    name = name or experiment_name
     if not (runs_dir / "eval-base-train.json").is_file():
-        sys.exit(f"{runs_dir}: no eval-base-train.json: run scripts/learn.sh first")
-    result = collect(runs_dir)
-    result["first_block"] = first_block_rates(runs_dir)
+        sys.exit(f"{runs_dir}: no eval-base-train.json: run {experiment.script} first")
+    result = collect(runs_dir, experiment)
+    result["first_block"] = first_block_rates(runs_dir, experiment)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / f"{name}.json", result)
-    figure(result, out_dir / f"{name}.png")
+    figure(result, experiment.runs, out_dir / f"{name}.png")
     click.echo(markdown(result))
+    lines = breakdown_lines(result)
+    if lines:
+        click.echo("\nchange per tier / mutator family, points (puzzles):")
+        click.echo("\n".join(lines))
     click.echo("\navg@K as recorded / with every completion cut after its first code block (%):")
     for run, sets in result["first_block"].items():
         click.echo(f"  {run:<12} " + ", ".join(f"{s} {pct(v['recorded'])} / {pct(v['first_block'])}" for s, v in sets.items()))

@@ -5,7 +5,8 @@
 # training tasks and evaluate again, paired. Resumable. Mined code stays under outputs/ (never
 # commit it: it is the repository's, under its licence). Then: python scripts/mine_report.py
 # K (samples per held-out task, default 4) and STEPS (training steps, default configs/mined.yaml's)
-# make a shorter run.
+# make a shorter run; REWARD (default configs/mined.yaml's, progress) names the reward of tasks
+# without tests: the measured run is REWARD=similarity K=2 STEPS=6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=${1:?usage: scripts/mine_experiment.sh REPO}
@@ -27,8 +28,9 @@ evaluate() {  # NAME ADAPTER
 evaluate base none
 resume=
 [ -f "$out/mined/config.yaml" ] && resume=--resume
-steps=()
-[ -z "${STEPS:-}" ] || steps=(--set train.steps="$STEPS")
-mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" "${steps[@]}" $resume $quiet
+sets=()
+[ -z "${STEPS:-}" ] || sets=(--set train.steps="$STEPS")
+[ -z "${REWARD:-}" ] || sets+=(--set "reward_without_tests={$REWARD: 1.0}")
+mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" "${sets[@]}" $resume $quiet
 evaluate mined "$out/mined"
 echo "done: python scripts/mine_report.py"

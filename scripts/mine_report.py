@@ -2,7 +2,8 @@
 funnel of `puzzles mine` (numbers only: the mined code is the repository's), and SmolLM2's
 reward on the held-out (newest) mined tasks before and after GRPO on the training tasks, paired
 per task with 95% bootstrap intervals: SWE-RL's similarity on tasks without tests, pass@1 on
-tasks with tests, and how often answers were format failures.
+tasks with tests, how often answers were format failures, and every answer rescored with the
+`progress` reward.
 
     python scripts/mine_report.py [--mined outputs/mined] [--runs outputs/mine-experiment] [--out docs/results]
 """
@@ -16,19 +17,34 @@ from typing import Any
 import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
-from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.env.rewards import Completion, progress_reward
+from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles
 from mlx_swe_rl.rl.stats import paired_change
 from mlx_swe_rl.runfiles import write_json_atomic
 
 
-def per_task(report: dict[str, Any], tested: set[str]) -> dict[str, dict[str, float]]:
+def per_task(report: dict[str, Any], puzzles: dict[str, Puzzle]) -> dict[str, dict[str, float]]:
+    """Each measure's value per held-out task. The evaluation's own rewards (`similarity` where a
+    task has no tests), and every answer rescored with `progress`, which neither deleting the
+    body nor an edit elsewhere can earn: how much of a similarity gain is a step toward the fix."""
     rows = report["puzzles"]
+    untested = [r for r in rows if not puzzles[r["id"]].tests]
+
+    def progress(r: dict[str, Any], only_well_formed: bool) -> list[float]:
+        values = [progress_reward(Completion(puzzles[r["id"]], c["code"], None)) for c in r["completions"]]
+        return [v for v in values if v >= 0] if only_well_formed else values
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
     return {
-        "similarity (tasks without tests)": {r["id"]: r["mean_reward"] for r in rows if r["id"] not in tested},
-        "pass@1 (tasks with tests)": {r["id"]: r["pass@1"] for r in rows if r["id"] in tested},
-        "format failures": {r["id"]: sum(not c["format_ok"] for c in r["completions"]) / len(r["completions"])
-                            for r in rows},
-        "exact fixes": {r["id"]: r["pass@1"] for r in rows if r["id"] not in tested},
+        "similarity (tasks without tests)": {r["id"]: r["mean_reward"] for r in untested},
+        "progress, rescored (tasks without tests)": {r["id"]: mean(progress(r, False)) for r in untested},
+        "progress of well-formed answers": {r["id"]: mean(v) for r in untested if (v := progress(r, True))},
+        "pass@1 (tasks with tests)": {r["id"]: r["pass@1"] for r in rows if puzzles[r["id"]].tests},
+        "answers scoring -1 (no code, no parse, no entry point)": {
+            r["id"]: mean([float(c["reward"] == -1.0) for c in r["completions"]]) for r in untested},
+        "exact fixes": {r["id"]: r["pass@1"] for r in untested},
     }
 
 
@@ -38,12 +54,12 @@ def per_task(report: dict[str, Any], tested: set[str]) -> dict[str, dict[str, fl
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
 def main(mined: Path, runs: Path, out_dir: Path) -> None:
     summary = json.loads((mined / "mine.json").read_text())
-    tested = {p.id for p in load_puzzles(mined) if p.tests}
+    puzzles = {p.id: p for p in load_puzzles(mined)}
     before = json.loads((runs / "eval-base-heldout.json").read_text())
     after_path = runs / "eval-mined-heldout.json"
     result: dict[str, Any] = {"repository": {k: v for k, v in summary["repository"].items() if k != "path"},
                               "funnel": summary["funnel"], "tasks": summary["tasks"], "timing": summary["timing"],
-                              "before": {k: sum(v.values()) / len(v) for k, v in per_task(before, tested).items() if v}}
+                              "before": {k: sum(v.values()) / len(v) for k, v in per_task(before, puzzles).items() if v}}
     history = runs / "mined" / "history.jsonl"
     if history.is_file():
         steps = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
@@ -53,7 +69,7 @@ def main(mined: Path, runs: Path, out_dir: Path) -> None:
                               "peak_memory_gb": max(s["peak_memory_gb"] for s in steps)}
     if after_path.is_file():
         after = json.loads(after_path.read_text())
-        b, a = per_task(before, tested), per_task(after, tested)
+        b, a = per_task(before, puzzles), per_task(after, puzzles)
         result["change"] = {k: paired_change(b[k], a[k]) for k in b if b[k]}
     write_json_atomic(out_dir / "mine.json", result)
     click.echo("| rule | dropped | left |\n|---|---|---|")

@@ -133,7 +133,7 @@ def test_yaml_booleans_are_booleans():
     (["reward={tests: 0}"], "reward: all weights are zero"),
     (["reward={tests: fast}"], "reward.tests: weight 'fast' must be a number"),
     (["reward=[tests]"], "reward: expected a mapping, got ['tests']"),
-    (["reward_without_tests={tests: 1}"], "reward_without_tests: tests needs tests (use similarity, format)"),
+    (["reward_without_tests={tests: 1}"], "reward_without_tests: tests needs tests (use similarity, progress, format)"),
     (["reward_without_tests.simil=1"], "reward_without_tests.simil: unknown reward function (did you mean "
                                        "'similarity'?)"),
     (["prompt.format=diff"], "prompt.format: 'diff' is not one of function, search_replace"),

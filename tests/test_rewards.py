@@ -6,8 +6,14 @@ import pytest
 
 from mlx_swe_rl.env import rewards
 from mlx_swe_rl.sandbox import scorer, verdict
+from script_module import load_script
 from mlx_swe_rl.puzzles.format import Puzzle
-from mlx_swe_rl.env.rewards import (DEFAULT_REWARD, REWARDS, Completion, combine, format_reward, normalise_source, partial_reward, similarity_reward, validate_weights)
+from mlx_swe_rl.env.rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, REWARDS, Completion, combine, format_reward,
+                                    normalise_source, partial_reward, progress_reward, similarity_reward, validate_weights)
+
+# the wrong answers of README "Rewards": the body deleted, an unrelated line added
+body_deleted = load_script("reward_probe").body_deleted
+edited_elsewhere = load_script("reward_probe").edited_elsewhere
 
 # aliases whose names pytest does not mistake for tests
 Run = scorer.TestRun
@@ -115,6 +121,46 @@ def test_similarity_echo_scores_zero_and_oracle_one_on_every_bundled_puzzle():
         assert similarity_reward(Completion(p, p.oracle, None)) == 1.0, p.id
 
 
+def test_progress_echo_is_zero_oracle_one_and_deleting_or_editing_elsewhere_earns_next_to_nothing_on_every_bundled_puzzle():
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    elsewhere = []
+    for p in load_puzzles():
+        assert progress_reward(Completion(p, p.buggy, None)) == 0.0, p.id
+        assert progress_reward(Completion(p, p.oracle, None)) == 1.0, p.id
+        assert progress_reward(Completion(p, body_deleted(p), None)) == 0.0, p.id
+        elsewhere.append(progress_reward(Completion(p, edited_elsewhere(p), None)))
+    # An unrelated line can line up with a few characters of the fix (3 of 54 puzzles, at most 0.08).
+    assert max(elsewhere) < 0.1 and sum(elsewhere) / len(elsewhere) < 0.01
+
+
+def test_similarity_pays_for_deleting_the_body_which_is_why_tasks_without_tests_default_to_progress():
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    puzzles = load_puzzles()
+    deleted = [similarity_reward(Completion(p, body_deleted(p), None)) for p in puzzles]
+    assert sum(deleted) / len(deleted) > 0.5  # measured: 0.73 on average (README "Rewards")
+    assert DEFAULT_REWARD_WITHOUT_TESTS == {"progress": 1.0}
+
+
+def test_progress_partial_fix_is_between_zero_and_one_and_restyling_is_zero():
+    oracle = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
+    buggy = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
+    puzzle = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
+                    buggy=buggy, oracle=oracle, tests=())
+    half = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
+    restyled = "def span(xs):\n    # the extremes\n    low = max(xs)\n    high = min(xs)\n\n    return (low - high)\n"
+    assert 0.0 < progress_reward(Completion(puzzle, half, None)) < 1.0
+    assert progress_reward(Completion(puzzle, restyled, None)) == 0.0
+    assert progress_reward(Completion(puzzle, "def span(xs):\n    return 0\n", None)) == 0.0
+
+
+def test_progress_format_failure_is_minus_one():
+    assert progress_reward(completion(None, None)) == -1.0
+    assert progress_reward(completion("def total(xs)\n    return sum(xs)\n")) == -1.0
+    assert progress_reward(completion("import os\n")) == -1.0
+
+
 def test_format_reward():
     assert format_reward(completion(ORACLE)) == 1.0
     assert format_reward(completion("class total:\n    pass\n")) == 1.0
@@ -151,7 +197,7 @@ def test_validate_weights_accepts_and_converts():
     assert validate_weights({"tests": 1, "similarity": 0.5}) == {"tests": 1.0, "similarity": 0.5}
     assert validate_weights({"tests": 1, "format": 0}) == {"tests": 1.0, "format": 0.0}
     assert all(type(w) is float for w in validate_weights({"partial": 3}).values())
-    assert set(REWARDS) == {"tests", "partial", "similarity", "format"}
+    assert set(REWARDS) == {"tests", "partial", "similarity", "progress", "format"}
 
 
 @pytest.mark.parametrize("name, suggestion", [("test", "tests"), ("similarty", "similarity"),

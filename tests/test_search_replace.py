@@ -84,8 +84,8 @@ def test_env_scores_edits_with_tests_and_similarity(scorer):
     assert echo == -0.5  # a fenced function is not this format's answer
 
 
-def test_tasks_without_tests_train_on_similarity_and_are_solved_by_the_oracle(scorer):
-    with CodeFixEnv([PUZZLE, UNTESTED], scorer) as env:  # reward: tests (default); untested: similarity
+def test_tasks_without_tests_train_on_progress_and_are_solved_by_the_oracle(scorer):
+    with CodeFixEnv([PUZZLE, UNTESTED], scorer) as env:  # reward: tests (default); untested: progress
         results = env.score([(UNTESTED.id, f"```python\n{ORACLE}```"),
                              (UNTESTED.id, f"```python\n# fixed\n{ORACLE}```"),
                              (UNTESTED.id, f"```python\n{BUGGY}```"),
@@ -94,7 +94,7 @@ def test_tasks_without_tests_train_on_similarity_and_are_solved_by_the_oracle(sc
     rewards = [r for r, _ in results]
     assert rewards == [1.0, 1.0, 0.0, -1.0, 1.0]
     assert [i["solved"] for _, i in results] == [True, True, False, False, True]
-    assert results[0][1]["tests"] == [] and results[0][1]["reward_parts"] == {"similarity": 1.0}
+    assert results[0][1]["tests"] == [] and results[0][1]["reward_parts"] == {"progress": 1.0}
     assert results[4][1]["reward_parts"] == {"tests": 1.0}
 
 

@@ -12,7 +12,9 @@ from ..puzzles.format import Puzzle, defines
 from ..sandbox.scorer import TestRun
 
 DEFAULT_REWARD: dict[str, float] = {"tests": 1.0}
-DEFAULT_REWARD_WITHOUT_TESTS: dict[str, float] = {"similarity": 1.0}  # SWE-RL's reward, for tasks with no tests
+# For tasks with no tests: progress toward the fix, which neither echoing nor deleting can earn
+# (SWE-RL's `similarity` pays for both at the scale of one function; README "Rewards").
+DEFAULT_REWARD_WITHOUT_TESTS: dict[str, float] = {"progress": 1.0}
 
 
 @dataclass(frozen=True)
@@ -56,13 +58,20 @@ def change(before: str, after: str) -> str:
     return "\n".join(line for line in lines if not line.startswith(("--- ", "+++ ")))
 
 
+def well_formed(c: Completion) -> bool:
+    """The response holds code that parses and defines the entry point (SWE-RL's format rule)."""
+    return c.code is not None and defines(c.code, c.puzzle.entry_point)
+
+
 def similarity_reward(c: Completion) -> float:
     """SWE-RL's reward: difflib's SequenceMatcher ratio between the change the candidate makes
     to the buggy code and the change the oracle makes, in [0, 1]. Changes, not whole functions:
-    echoing the buggy code (or restyling it) changes nothing and scores 0, so a policy cannot
-    earn most of the reward by copying its input. -1 for a format failure: no code, code that
-    does not parse, or code that does not define the entry point."""
-    if c.code is None or not defines(c.code, c.puzzle.entry_point):
+    echoing the buggy code (or restyling it) changes nothing and scores 0. -1 for a format
+    failure: no code, code that does not parse, or code that does not define the entry point.
+    At the scale of one function the diffs' context lines are most of the text, so an edit in
+    the wrong place, or deleting the body, still scores well (README "Rewards"): `progress`
+    does not have that weakness."""
+    if not well_formed(c):
         return -1.0
     made = change(c.puzzle.buggy, c.code)
     if not made:
@@ -71,15 +80,35 @@ def similarity_reward(c: Completion) -> float:
     return difflib.SequenceMatcher(None, made, wanted, autojunk=False).ratio()
 
 
+def closeness(code: str, oracle: str) -> float:
+    """difflib's ratio between two normalised sources (1.0: the same code)."""
+    return difflib.SequenceMatcher(None, normalise_source(code), normalise_source(oracle), autojunk=False).ratio()
+
+
+def progress_reward(c: Completion) -> float:
+    """The share of the way from the buggy code to the oracle the candidate covers, by difflib's
+    ratio to the oracle: (closeness(candidate) - closeness(buggy)) / (1 - closeness(buggy)),
+    clipped at 0. The buggy code (restyled or not) scores 0, the oracle 1, a partial fix in
+    between; an edit that moves away from the fix (deleting the body, a change elsewhere) scores
+    0, not the partial credit `similarity` gives it. -1 for a format failure, as there."""
+    if not well_formed(c):
+        return -1.0
+    start = closeness(c.puzzle.buggy, c.puzzle.oracle)
+    if normalise_source(c.code) == normalise_source(c.puzzle.buggy) or start == 1.0:
+        return 0.0
+    return max(0.0, (closeness(c.code, c.puzzle.oracle) - start) / (1.0 - start))
+
+
 def format_reward(c: Completion) -> float:
     """1.0 when the response holds code that parses and defines the entry point."""
-    return 1.0 if c.code is not None and defines(c.code, c.puzzle.entry_point) else 0.0
+    return 1.0 if well_formed(c) else 0.0
 
 
 REWARDS: dict[str, Callable[[Completion], float]] = {
     "tests": tests_reward,
     "partial": partial_reward,
     "similarity": similarity_reward,
+    "progress": progress_reward,
     "format": format_reward,
 }
 NEEDS_TESTS = {"tests", "partial"}
@@ -101,7 +130,8 @@ def validate_weights(weights: Mapping[str, float], key: str = "reward", without_
     if not any(weights.values()):
         raise ValueError(f"{key}: all weights are zero")
     if without_tests and NEEDS_TESTS & weights.keys():
-        raise ValueError(f"{key}: {', '.join(sorted(NEEDS_TESTS & weights.keys()))} needs tests (use similarity, format)")
+        raise ValueError(f"{key}: {', '.join(sorted(NEEDS_TESTS & weights.keys()))} needs tests (use "
+                         f"{', '.join(n for n in REWARDS if n not in NEEDS_TESTS)})")
     return {name: float(w) for name, w in weights.items()}
 
 

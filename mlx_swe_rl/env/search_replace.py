@@ -9,7 +9,7 @@ The model answers `<think>...</think><solution>...</solution>`; the solution hol
     >>>>>>> REPLACE
 
 applied in order to the buggy code. SWE-RL's format rules make an answer a format failure (no
-code, reward -1 under `similarity`): the solution tags not exactly once, no edit block, a
+code, reward -1 under `progress` and `similarity`): the solution tags not exactly once, no edit block, a
 SEARCH text not found in the code, a SEARCH equal to its REPLACE. The edited code is then
 scored like any other candidate.
 """

@@ -206,7 +206,7 @@ class Config:
     workers: int | None = meta(None, min=1, doc="sandbox processes (null = one per core)")
     reward: dict[str, float] = meta(factory=lambda: dict(DEFAULT_REWARD), doc="reward name -> weight")
     reward_without_tests: dict[str, float] = meta(factory=lambda: dict(DEFAULT_REWARD_WITHOUT_TESTS), without_tests=True,
-                                                  doc="reward of tasks without tests (mined ones): similarity, format")
+                                                  doc="reward of tasks without tests (mined ones): progress, similarity, format")
     model: ModelConfig = meta(factory=ModelConfig)
     prompt: PromptConfig = meta(factory=PromptConfig)
     puzzles: PuzzleConfig = meta(factory=PuzzleConfig)

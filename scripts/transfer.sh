@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The issue "Learning that transfers", end to end and resumable: the data (scripts/transfer_data.py,
+# from the committed calibrations), the base model's avg@K on four sets, each configuration's run
+# of configs/transfer.yaml and its evaluations paired with the base model's. Rerun it after an
+# interruption: finished pieces are kept, a stopped run resumes from its last checkpoint.
+#   RUNS   which configurations, in order (default: all of those below)
+#   NARROW the learn experiment's adapter to evaluate beside them (default outputs/learn-stop/onpolicy-s0, if present)
+#   OUT    where runs and evaluations go (default outputs/transfer-runs)
+# Configurations are compared on the training reward and the validation functions (never on the
+# held-out ones); held-out and bundled evaluations come after a run's validation.
+# Then: python scripts/learn_report.py --experiment transfer --runs "$OUT"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-outputs/transfer-runs}
+mkdir -p "$out"
+quiet=${QUIET:+--quiet}
+
+[ -d outputs/forged ] || mlx-swe-rl puzzles forge --out outputs/forged --per-seed 5
+[ -d outputs/forged-easy ] || mlx-swe-rl puzzles forge puzzles/easy --out outputs/forged-easy --per-seed 30 --heldout-frac 0
+[ -f outputs/transfer/data.json ] || python scripts/transfer_data.py
+
+# evaluate NAME ADAPTER SET...: avg@K on each set into $out/eval-NAME-SET.json, paired with the base model.
+evaluate() {
+  local name=$1 adapter=$2; shift 2
+  for set in "$@"; do
+    local file=$out/eval-$name-$set.json
+    [ -f "$file" ] && continue
+    local args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 --out "$file")
+    case $set in
+      train|valid) args+=(--puzzles "outputs/transfer/$set.json" -K 8) ;;
+      heldout) args+=(--puzzles outputs/transfer/heldout.json -K 4) ;;
+      bundled) args+=(-K 4) ;;
+    esac
+    [ "$adapter" = none ] || args+=(--adapter "$adapter")
+    [ "$name" = base ] || args+=(--baseline "$out/eval-base-$set.json")
+    mlx-swe-rl eval "${args[@]}"
+  done
+}
+
+# run NAME KEY=VALUE...: a run of configs/transfer.yaml under $out/NAME (resumed if started), then its evaluations.
+run() {
+  local name=$1; shift
+  local sets=(--set output_dir="$out" --set run_name="$name")
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  local resume=
+  [ -f "$out/$name/config.yaml" ] && resume=--resume
+  mlx-swe-rl train --config configs/transfer.yaml "${sets[@]}" $resume $quiet
+  evaluate "$name" "$out/$name" train valid heldout bundled
+}
+
+evaluate base none train valid heldout bundled
+for name in ${RUNS:-breadth-s0 kl-s0 long-s0 breadth-s1}; do
+  case $name in
+    breadth-s0) run "$name" seed=0 ;;                                    # the settings of the learn experiment, more functions
+    kl-s0) run "$name" seed=0 grpo.beta=0.04 ;;                          # a KL term to the base model
+    long-s0) run "$name" seed=0 train.steps=48 ;;                        # twice the visits per puzzle
+    breadth-s1) run "$name" seed=1 ;;                                    # the second seed
+    *) echo "transfer.sh: unknown configuration '$name'" >&2; exit 2 ;;
+  esac
+done
+narrow=${NARROW:-outputs/learn-stop/onpolicy-s0}
+[ ! -f "$narrow/adapters.safetensors" ] || evaluate narrow "$narrow" valid heldout bundled
+echo "done: python scripts/learn_report.py --experiment transfer --runs $out"
