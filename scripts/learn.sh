@@ -43,34 +43,16 @@ fi
 [ -f outputs/forged-easy-heldout60.json ] || mlx-swe-rl puzzles sample outputs/forged-easy -n 60 --split heldout --seed 1 \
   --out outputs/forged-easy-heldout60.json
 
-# evaluate NAME ADAPTER SET...: avg@K on each set (train, heldout, bundled) into $out/eval-NAME-SET.json,
-# paired with the base model's evaluation of the same set.
-evaluate() {
-  local name=$1 adapter=$2; shift 2
-  for set in "$@"; do
-    local file=$out/eval-$name-$set.json
-    [ -f "$file" ] && continue
-    local args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 --out "$file")
-    case $set in
-      train) args+=(--puzzles outputs/learn-train40.json -K 8) ;;
-      heldout) args+=(--puzzles outputs/forged-easy-heldout60.json -K 8) ;;
-      bundled) args+=(-K 4) ;;
-    esac
-    [ "$adapter" = none ] || args+=(--adapter "$adapter")
-    [ "$name" = base ] || args+=(--baseline "$out/eval-base-$set.json")
-    mlx-swe-rl eval "${args[@]}"
-  done
+# The puzzles and K of each evaluation set (scripts/experiment.sh: evaluate, train).
+set_args() {
+  case $1 in
+    train) echo --puzzles outputs/learn-train40.json -K 8 ;;
+    heldout) echo --puzzles outputs/forged-easy-heldout60.json -K 8 ;;
+    bundled) echo -K 4 ;;
+  esac
 }
-
-# train RUN KEY=VALUE...: a run of configs/learn.yaml under $out/RUN, resumed if it was started.
-train() {
-  local run=$1; shift
-  local sets=(--set output_dir="$out" --set run_name="$run")
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  local resume=
-  [ -f "$out/$run/config.yaml" ] && resume=--resume
-  mlx-swe-rl train --config configs/learn.yaml "${sets[@]}" $resume $quiet
-}
+config=configs/learn.yaml
+. scripts/experiment.sh
 
 evaluate base none train heldout bundled
 # Training-set evaluations first: they decide the target; held-out and bundled after.

@@ -19,33 +19,21 @@ quiet=${QUIET:+--quiet}
 [ -d outputs/forged-easy ] || mlx-swe-rl puzzles forge puzzles/easy --out outputs/forged-easy --per-seed 30 --heldout-frac 0
 [ -f outputs/transfer/data.json ] || python scripts/transfer_data.py
 
-# evaluate NAME ADAPTER SET...: avg@K on each set into $out/eval-NAME-SET.json, paired with the base model.
-evaluate() {
-  local name=$1 adapter=$2; shift 2
-  for set in "$@"; do
-    local file=$out/eval-$name-$set.json
-    [ -f "$file" ] && continue
-    local args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 --out "$file")
-    case $set in
-      train|valid) args+=(--puzzles "outputs/transfer/$set.json" -K 8) ;;
-      heldout) args+=(--puzzles outputs/transfer/heldout.json -K 4) ;;
-      bundled) args+=(-K 4) ;;
-    esac
-    [ "$adapter" = none ] || args+=(--adapter "$adapter")
-    [ "$name" = base ] || args+=(--baseline "$out/eval-base-$set.json")
-    mlx-swe-rl eval "${args[@]}"
-  done
+# The puzzles and K of each evaluation set (scripts/experiment.sh: evaluate, train).
+set_args() {
+  case $1 in
+    train|valid) echo --puzzles "outputs/transfer/$1.json" -K 8 ;;
+    heldout) echo --puzzles outputs/transfer/heldout.json -K 4 ;;
+    bundled) echo -K 4 ;;
+  esac
 }
+config=configs/transfer.yaml
+. scripts/experiment.sh
 
 # run NAME KEY=VALUE...: a run of configs/transfer.yaml under $out/NAME (resumed if started), then its evaluations.
 run() {
-  local name=$1; shift
-  local sets=(--set output_dir="$out" --set run_name="$name")
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  local resume=
-  [ -f "$out/$name/config.yaml" ] && resume=--resume
-  mlx-swe-rl train --config configs/transfer.yaml "${sets[@]}" $resume $quiet
-  evaluate "$name" "$out/$name" train valid heldout bundled
+  train "$@"
+  evaluate "$1" "$out/$1" train valid heldout bundled
 }
 
 evaluate base none train valid heldout bundled

@@ -1,0 +1,28 @@
+# Shared by the experiment scripts (learn.sh, transfer.sh), sourced after they set `out` (where
+# runs and evaluations go), `quiet` and `config`, and define `set_args SET` (prints the eval
+# arguments that choose the set's puzzles and K).
+
+# evaluate NAME ADAPTER SET...: avg@K on each set into $out/eval-NAME-SET.json (kept when it
+# exists), paired with the base model's evaluation of the same set.
+evaluate() {
+  local name=$1 adapter=$2; shift 2
+  local set file args extra
+  for set in "$@"; do
+    file=$out/eval-$name-$set.json
+    [ -f "$file" ] && continue
+    read -r -a extra <<< "$(set_args "$set")"
+    args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 --out "$file" "${extra[@]}")
+    [ "$adapter" = none ] || args+=(--adapter "$adapter")
+    [ "$name" = base ] || args+=(--baseline "$out/eval-base-$set.json")
+    mlx-swe-rl eval "${args[@]}"
+  done
+}
+
+# train RUN KEY=VALUE...: a run of $config under $out/RUN, resumed if it was started.
+train() {
+  local run=$1; shift
+  local sets=(--set output_dir="$out" --set run_name="$run") kv resume=
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  [ -f "$out/$run/config.yaml" ] && resume=--resume
+  mlx-swe-rl train --config "$config" "${sets[@]}" $resume $quiet
+}
