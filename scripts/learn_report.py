@@ -201,7 +201,7 @@ def figure(result: dict[str, Any], runs: tuple[str, ...], out: Path) -> Path:
         ax_b.bar([j + i * width for j in range(len(labels))], means, width, yerr=errs, capsize=3, label=name,
                  color=color[name])
     ax_b.set_xticks([j + width * (len(result["levels"]) - 1) / 2 for j in range(len(labels))],
-                    [f"{s} (avg@{result['sets'][s]['samples']})" for s in labels])
+                    [f"{s}\n(avg@{result['sets'][s]['samples']})" for s in labels])
     ax_b.set(title="pass rate before and after (%)", ylabel="avg@K, %")
     ax_b.legend(fontsize=8)
     fig.tight_layout()
