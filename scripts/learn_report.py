@@ -31,6 +31,7 @@ class Experiment:
     behind them), the run pairs compared with each other, and the sets broken down by a field."""
 
     script: str
+    runs_dir: Path  # where the script leaves its runs and evaluations by default
     runs: tuple[str, ...]
     sets: dict[str, str]
     set_files: dict[str, Path]
@@ -41,6 +42,7 @@ class Experiment:
 EXPERIMENTS = {
     "learn": Experiment(
         script="scripts/learn.sh",
+        runs_dir=Path("outputs/learn"),
         runs=("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0"),  # drgrpo-s0: a variant, stopped early
         sets={"train": "training puzzles (40 forged, mixed at calibration)",
               "heldout": "held-out functions (60 forged)",
@@ -49,6 +51,7 @@ EXPERIMENTS = {
         pairs=(("frozen-s0", "onpolicy-s0"),)),
     "transfer": Experiment(
         script="scripts/transfer.sh",
+        runs_dir=Path("outputs/transfer-runs"),
         runs=("narrow", "breadth-s0", "kl-s0", "long-s0", "breadth-s1"),  # narrow: the learn experiment's adapter
         sets={"train": "training puzzles (49 forged, 22 functions)",
               "valid": "validation functions (20 forged, 5 training-split functions not trained on)",
@@ -162,14 +165,11 @@ def markdown(result: dict[str, Any]) -> str:
     """The README table: avg@K before and after per run and set, the paired change with its CI."""
     lines = ["| run | puzzles | K | before | after | change, points [95% CI] | up / down |",
              "|---|---|---|---|---|---|---|"]
-    for run, entry in result["runs"].items():
-        for s, c in entry["change"].items():
-            lines.append(f"| {run} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | {pct(c['before'])} | "
-                         f"{pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
-    for pair, changes in result["pairs"].items():
+    rows = [(run, entry["change"]) for run, entry in result["runs"].items()] + list(result["pairs"].items())
+    for label, changes in rows:
         for s, c in changes.items():
-            lines.append(f"| {pair} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | "
-                         f"{pct(c['before'])} | {pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+            lines.append(f"| {label} | {s} ({c['puzzles']}) | {result['sets'][s]['samples']} | {pct(c['before'])} | "
+                         f"{pct(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
     return "\n".join(lines)
 
 
@@ -229,7 +229,7 @@ def breakdown_lines(result: dict[str, Any]) -> list[str]:
 @click.option("--name", default=None, help="Writes NAME.json and NAME.png (default: the experiment's name).")
 def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str | None) -> None:
     experiment = EXPERIMENTS[experiment_name]
-    runs_dir = runs_dir or Path({"learn": "outputs/learn", "transfer": "outputs/transfer-runs"}[experiment_name])
+    runs_dir = runs_dir or experiment.runs_dir
     name = name or experiment_name
     if not (runs_dir / "eval-base-train.json").is_file():
         sys.exit(f"{runs_dir}: no eval-base-train.json: run {experiment.script} first")

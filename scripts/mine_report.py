@@ -30,17 +30,16 @@ def per_task(report: dict[str, Any], puzzles: dict[str, Puzzle]) -> dict[str, di
     rows = report["puzzles"]
     untested = [r for r in rows if not puzzles[r["id"]].tests]
 
-    def progress(r: dict[str, Any], only_well_formed: bool) -> list[float]:
-        values = [progress_reward(Completion(puzzles[r["id"]], c["code"], None)) for c in r["completions"]]
-        return [v for v in values if v >= 0] if only_well_formed else values
+    progress = {r["id"]: [progress_reward(Completion(puzzles[r["id"]], c["code"], None)) for c in r["completions"]]
+                for r in untested}
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
     return {
         "similarity (tasks without tests)": {r["id"]: r["mean_reward"] for r in untested},
-        "progress, rescored (tasks without tests)": {r["id"]: mean(progress(r, False)) for r in untested},
-        "progress of well-formed answers": {r["id"]: mean(v) for r in untested if (v := progress(r, True))},
+        "progress, rescored (tasks without tests)": {i: mean(v) for i, v in progress.items()},
+        "progress of well-formed answers": {i: mean(kept) for i, v in progress.items() if (kept := [x for x in v if x >= 0])},
         "pass@1 (tasks with tests)": {r["id"]: r["pass@1"] for r in rows if puzzles[r["id"]].tests},
         "answers scoring -1 (no code, no parse, no entry point)": {
             r["id"]: mean([float(c["reward"] == -1.0) for c in r["completions"]]) for r in untested},

@@ -37,8 +37,9 @@ def edited_elsewhere(p: Puzzle) -> str:
 @click.command()
 @click.argument("directories", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 def main(directories: tuple[Path, ...]) -> None:
-    click.echo("| answers | reward | " + " | ".join(str(d) if d else "bundled" for d in directories or (None,)) + " |")
-    puzzle_sets = [load_puzzles(d) for d in directories or (None,)]
+    sources = directories or (None,)  # None: the bundled puzzles
+    click.echo("| answers | reward | " + " | ".join(str(d) if d else "bundled" for d in sources) + " |")
+    puzzle_sets = [load_puzzles(d) for d in sources]
     for label, make in (("body deleted", body_deleted), ("an unrelated line added", edited_elsewhere)):
         for name, reward in (("similarity", similarity_reward), ("progress", progress_reward)):
             cells = []

@@ -11,8 +11,8 @@ The mixed puzzles of all three (solved by some of the eight samples, not all) ar
 forged training split's other 441 puzzles (the longer functions) are not calibrated: about three
 hours on a 2-core CPU. Writes, under outputs/transfer/:
 
-- puzzles/: the pool's and the validation set's puzzle files in one directory (an id names the same mutant in both forged
-  sets, so the union has no clashes);
+- puzzles/: the pool's and the validation set's puzzle files in one directory (an id names the
+  same mutant in both forged sets, so the union has no clashes);
 - train.json: at most --per-function puzzles of each training function (a seeded choice that
   spreads over mutator families), so that no function dominates;
 - valid.json: at most --per-function calibrated puzzles (mixed or not) of each of a seeded fifth
@@ -34,6 +34,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from mlx_swe_rl.forge.forge import seed_function
 from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles
 from mlx_swe_rl.puzzles.trainset import write_train_set
 from mlx_swe_rl.runfiles import write_json_atomic
@@ -44,8 +45,8 @@ CALIBRATIONS = {"docs/results/forge-calibration-smollm2.json": "outputs/forged",
 
 
 def function_of(puzzle: Puzzle) -> str:
-    """The seed function a forged puzzle mutates (forged ids are `<seed id>__<family>_<n>`)."""
-    return puzzle.id.rsplit("__", 1)[0]
+    """The seed function a forged puzzle mutates."""
+    return seed_function(puzzle.id)
 
 
 def spread_choice(puzzles: list[Puzzle], k: int, rng: np.random.Generator) -> list[Puzzle]:
@@ -102,8 +103,7 @@ def main(per_function: int, heldout_per_function: int, valid_frac: float, seed: 
     order = np.random.default_rng(seed).permutation(len(names))
     valid_names = {names[i] for i in order[:round(valid_frac * len(names))]}
 
-    if out.exists():
-        shutil.rmtree(out / "puzzles", ignore_errors=True)
+    shutil.rmtree(out / "puzzles", ignore_errors=True)
     # Validation holds every calibrated puzzle of its functions, not only the mixed ones: like the
     # held-out split, it asks whether training helps on bugs the base model cannot fix yet.
     valid_pool = sorted((p for p, _ in calibrated.values() if function_of(p) in valid_names), key=lambda p: p.id)

@@ -12,8 +12,8 @@ from mlx_swe_rl.env.rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS
                                     normalise_source, partial_reward, progress_reward, similarity_reward, validate_weights)
 
 # the wrong answers of README "Rewards": the body deleted, an unrelated line added
-body_deleted = load_script("reward_probe").body_deleted
-edited_elsewhere = load_script("reward_probe").edited_elsewhere
+reward_probe = load_script("reward_probe")
+body_deleted, edited_elsewhere = reward_probe.body_deleted, reward_probe.edited_elsewhere
 
 # aliases whose names pytest does not mistake for tests
 Run = scorer.TestRun

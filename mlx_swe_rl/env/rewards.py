@@ -76,27 +76,27 @@ def similarity_reward(c: Completion) -> float:
     made = change(c.puzzle.buggy, c.code)
     if not made:
         return 0.0
-    wanted = change(c.puzzle.buggy, c.puzzle.oracle)
-    return difflib.SequenceMatcher(None, made, wanted, autojunk=False).ratio()
+    return ratio(made, change(c.puzzle.buggy, c.puzzle.oracle))
 
 
-def closeness(code: str, oracle: str) -> float:
-    """difflib's ratio between two normalised sources (1.0: the same code)."""
-    return difflib.SequenceMatcher(None, normalise_source(code), normalise_source(oracle), autojunk=False).ratio()
+def ratio(a: str, b: str) -> float:
+    """difflib's SequenceMatcher ratio, autojunk off (SWE-RL's setting; 1.0: the same text)."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def progress_reward(c: Completion) -> float:
     """The share of the way from the buggy code to the oracle the candidate covers, by difflib's
-    ratio to the oracle: (closeness(candidate) - closeness(buggy)) / (1 - closeness(buggy)),
+    ratio to the oracle (normalised sources): (ratio(candidate) - ratio(buggy)) / (1 - ratio(buggy)),
     clipped at 0. The buggy code (restyled or not) scores 0, the oracle 1, a partial fix in
     between; an edit that moves away from the fix (deleting the body, a change elsewhere) scores
     0, not the partial credit `similarity` gives it. -1 for a format failure, as there."""
     if not well_formed(c):
         return -1.0
-    start = closeness(c.puzzle.buggy, c.puzzle.oracle)
-    if normalise_source(c.code) == normalise_source(c.puzzle.buggy) or start == 1.0:
+    code, buggy, oracle = (normalise_source(s) for s in (c.code, c.puzzle.buggy, c.puzzle.oracle))
+    start = ratio(buggy, oracle)
+    if code == buggy or start == 1.0:
         return 0.0
-    return max(0.0, (closeness(c.code, c.puzzle.oracle) - start) / (1.0 - start))
+    return max(0.0, (ratio(code, oracle) - start) / (1.0 - start))
 
 
 def format_reward(c: Completion) -> float:

@@ -64,11 +64,21 @@ class ForgeResult:
             "seeds": self.seeds,
             "puzzles": len(self.puzzles),
             "splits": dict(sorted(Counter(p.split for p in self.puzzles).items())),
-            "seed_functions": {split: len({p.id.split("__")[0] for p in self.puzzles if p.split == split})
+            "seed_functions": {split: len({seed_function(p.id) for p in self.puzzles if p.split == split})
                                for split in ("train", "heldout")},
             "families": families,
             "seed_problems": self.seed_problems,
         }
+
+
+def puzzle_id(seed_id: str, family: str, number: int) -> str:
+    """A forged puzzle's id: its seed function, its mutator family and its number within both."""
+    return f"{seed_id}__{family}_{number}"
+
+
+def seed_function(forged_id: str) -> str:
+    """The seed function a forged puzzle id names (the inverse of `puzzle_id`'s first part)."""
+    return forged_id.rsplit("__", 1)[0]
 
 
 def heldout_ids(seeds: list[Seed], frac: float, rng_seed: int) -> set[str]:
@@ -171,7 +181,7 @@ def forge(seeds: list[Seed], scorer: Scorer, settings: ForgeSettings = ForgeSett
         for m in kept[s.id]:
             numbers[m.family] += 1
             result.puzzles.append(replace(
-                _seed_puzzle(s, settings, m.code), id=f"{s.id}__{m.family}_{numbers[m.family]}",
+                _seed_puzzle(s, settings, m.code), id=puzzle_id(s.id, m.family, numbers[m.family]),
                 split="heldout" if s.id in held else "train", family=m.family, mutation=m.description))
     return result
 
