@@ -21,6 +21,9 @@ from typing import Any
 import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX; matplotlib is imported below)
+from mlx_swe_rl.env.rewards import ANSWER_KINDS, Completion, answer_kind
+from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.puzzles.trainset import load_train_set
 from mlx_swe_rl.reports.figures import read_history, smooth
 from mlx_swe_rl.rl.stats import compare_reports, paired_change
 from mlx_swe_rl.runfiles import write_json_atomic
@@ -129,7 +132,6 @@ def first_block_rates(runs_dir: Path, experiment: Experiment) -> dict[str, dict[
     block, and the answer is the last block), rescored in the sandbox, next to the recorded avg@K."""
     from mlx_swe_rl.env import CodeFixEnv
     from mlx_swe_rl.env.prompts import python_blocks
-    from mlx_swe_rl.puzzles.trainset import load_train_set
 
     out: dict[str, dict[str, float]] = {}
     for s, path in experiment.set_files.items():
@@ -149,6 +151,24 @@ def first_block_rates(runs_dir: Path, experiment: Experiment) -> dict[str, dict[
                     solved.setdefault(owner, []).append(info["solved"])
                 rates = [sum(v) / len(v) for v in solved.values()]
                 out.setdefault(run, {})[s] = {"recorded": overall(report)[0], "first_block": sum(rates) / len(rates)}
+    return out
+
+
+def answer_kinds(runs_dir: Path, experiment: Experiment) -> dict[str, dict[str, dict[str, float]]]:
+    """What the answers did before and after training, per run and set: the share of completions
+    of each kind (`rewards.answer_kind`: solved, no answer, the buggy code given back, an edit
+    toward the fix, another edit), from the evaluations' recorded code and test outcomes."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for s in experiment.sets:
+        path = experiment.set_files.get(s)
+        puzzles = {p.id: p for p in (load_train_set(path) if path is not None else load_puzzles())}
+        for run in ("base",) + experiment.runs:
+            report = load(runs_dir / f"eval-{run}-{s}.json")
+            if report is None:
+                continue
+            kinds = [answer_kind(Completion(puzzles[row["id"]], c["code"], None), c["solved"])
+                     for row in report["puzzles"] for c in row["completions"]]
+            out.setdefault(run, {})[s] = {k: kinds.count(k) / len(kinds) for k in ANSWER_KINDS}
     return out
 
 
@@ -235,6 +255,7 @@ def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str |
         sys.exit(f"{runs_dir}: no eval-base-train.json: run {experiment.script} first")
     result = collect(runs_dir, experiment)
     result["first_block"] = first_block_rates(runs_dir, experiment)
+    result["answer_kinds"] = answer_kinds(runs_dir, experiment)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / f"{name}.json", result)
     figure(result, experiment.runs, out_dir / f"{name}.png")
@@ -246,6 +267,10 @@ def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str |
     click.echo("\navg@K as recorded / with every completion cut after its first code block (%):")
     for run, sets in result["first_block"].items():
         click.echo(f"  {run:<12} " + ", ".join(f"{s} {pct(v['recorded'])} / {pct(v['first_block'])}" for s, v in sets.items()))
+    click.echo("\nshare of answers by kind (%): " + ", ".join(ANSWER_KINDS))
+    for run, sets in result["answer_kinds"].items():
+        for s, shares in sets.items():
+            click.echo(f"  {run:<12} {s:<8} " + " ".join(f"{pct(v):>5}" for v in shares.values()))
     click.echo(f"wrote {out_dir / f'{name}.json'} and {out_dir / f'{name}.png'}")
 
 

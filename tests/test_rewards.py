@@ -155,6 +155,27 @@ def test_progress_partial_fix_is_between_zero_and_one_and_restyling_is_zero():
     assert progress_reward(Completion(puzzle, "def span(xs):\n    return 0\n", None)) == 0.0
 
 
+def test_answer_kind_names_what_an_answer_did():
+    from mlx_swe_rl.env.rewards import answer_kind
+
+    oracle = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
+    buggy = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
+    puzzle = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
+                    buggy=buggy, oracle=oracle, tests=())
+    half = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
+    restyled = "def span(xs):\n    # the extremes\n    low = max(xs)\n    high = min(xs)\n\n    return (low - high)\n"
+
+    def kind(code: str | None, solved: bool = False) -> str:
+        return answer_kind(Completion(puzzle, code, None), solved)
+
+    assert kind(oracle, solved=True) == "solved"
+    assert kind(None) == kind("def other(xs):\n    return 0\n") == "no answer"
+    assert kind(buggy) == kind(restyled) == "buggy code unchanged"
+    assert kind(half) == "toward the fix"
+    assert kind("def span(xs):\n    return 0\n") == "other edit"
+    assert set(rewards.ANSWER_KINDS) == {"solved", "no answer", "buggy code unchanged", "toward the fix", "other edit"}
+
+
 def test_progress_format_failure_is_minus_one():
     assert progress_reward(completion(None, None)) == -1.0
     assert progress_reward(completion("def total(xs)\n    return sum(xs)\n")) == -1.0
@@ -225,3 +246,12 @@ def test_validate_weights_non_number(weight):
 def test_validate_weights_all_zero_or_empty(weights):
     with pytest.raises(ValueError, match="reward"):
         validate_weights(weights)
+
+
+def test_normalising_odd_literals_prints_no_warning():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert normalise_source("x = 1if y else 2\n") == "x = 1 if y else 2"
+    assert not caught  # one SyntaxWarning per answer would flood a report or a training log

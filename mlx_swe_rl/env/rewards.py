@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -40,7 +41,9 @@ def partial_reward(c: Completion) -> float:
 def normalise_source(code: str) -> str:
     """Source with formatting and comments normalised away (via the AST) when it parses."""
     try:
-        return ast.unparse(ast.parse(code))
+        with warnings.catch_warnings():  # a model's odd literals ("1st") would print one each
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.unparse(ast.parse(code))
     except (SyntaxError, ValueError):
         return "\n".join(line.rstrip() for line in code.strip().splitlines())
 
@@ -97,6 +100,24 @@ def progress_reward(c: Completion) -> float:
     if code == buggy or start == 1.0:
         return 0.0
     return max(0.0, (ratio(code, oracle) - start) / (1.0 - start))
+
+
+ANSWER_KINDS = ("solved", "no answer", "buggy code unchanged", "toward the fix", "other edit")
+
+
+def answer_kind(c: Completion, solved: bool) -> str:
+    """What an answer did, one of ANSWER_KINDS, for reading what training changed beyond the pass
+    rate: solved (by the tests), no well-formed answer, the buggy code given back (restyling
+    aside), an unsolved edit that moves toward the fix (`progress` above 0), or some other edit."""
+    if solved:
+        return "solved"
+    moved = progress_reward(c)
+    if moved < 0:
+        return "no answer"
+    if moved > 0:
+        return "toward the fix"
+    unchanged = normalise_source(c.code) == normalise_source(c.puzzle.buggy)
+    return "buggy code unchanged" if unchanged else "other edit"
 
 
 def format_reward(c: Completion) -> float:
