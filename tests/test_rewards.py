@@ -143,37 +143,33 @@ def test_similarity_pays_for_deleting_the_body_which_is_why_tasks_without_tests_
     assert DEFAULT_REWARD_WITHOUT_TESTS == {"progress": 1.0}
 
 
+# span: both extremes swapped and the subtraction reversed; HALF mends the extremes only
+SPAN_ORACLE = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
+SPAN_BUGGY = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
+SPAN = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
+              buggy=SPAN_BUGGY, oracle=SPAN_ORACLE, tests=())
+HALF = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
+RESTYLED = "def span(xs):\n    # the extremes\n    low = max(xs)\n    high = min(xs)\n\n    return (low - high)\n"
+STUB = "def span(xs):\n    return 0\n"
+
+
 def test_progress_partial_fix_is_between_zero_and_one_and_restyling_is_zero():
-    oracle = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
-    buggy = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
-    puzzle = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
-                    buggy=buggy, oracle=oracle, tests=())
-    half = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
-    restyled = "def span(xs):\n    # the extremes\n    low = max(xs)\n    high = min(xs)\n\n    return (low - high)\n"
-    assert 0.0 < progress_reward(Completion(puzzle, half, None)) < 1.0
-    assert progress_reward(Completion(puzzle, restyled, None)) == 0.0
-    assert progress_reward(Completion(puzzle, "def span(xs):\n    return 0\n", None)) == 0.0
+    assert 0.0 < progress_reward(Completion(SPAN, HALF, None)) < 1.0
+    assert progress_reward(Completion(SPAN, RESTYLED, None)) == 0.0
+    assert progress_reward(Completion(SPAN, STUB, None)) == 0.0
 
 
 def test_answer_kind_names_what_an_answer_did():
-    from mlx_swe_rl.env.rewards import answer_kind
-
-    oracle = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return high - low\n"
-    buggy = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return low - high\n"
-    puzzle = Puzzle(id="span", tier="easy", split="train", entry_point="span", description="Range.",
-                    buggy=buggy, oracle=oracle, tests=())
-    half = "def span(xs):\n    low = min(xs)\n    high = max(xs)\n    return low - high\n"
-    restyled = "def span(xs):\n    # the extremes\n    low = max(xs)\n    high = min(xs)\n\n    return (low - high)\n"
-
     def kind(code: str | None, solved: bool = False) -> str:
-        return answer_kind(Completion(puzzle, code, None), solved)
+        kind = rewards.answer_kind(Completion(SPAN, code, None), solved)
+        assert kind in rewards.ANSWER_KINDS
+        return kind
 
-    assert kind(oracle, solved=True) == "solved"
+    assert kind(SPAN_ORACLE, solved=True) == "solved"
     assert kind(None) == kind("def other(xs):\n    return 0\n") == "no answer"
-    assert kind(buggy) == kind(restyled) == "buggy code unchanged"
-    assert kind(half) == "toward the fix"
-    assert kind("def span(xs):\n    return 0\n") == "other edit"
-    assert set(rewards.ANSWER_KINDS) == {"solved", "no answer", "buggy code unchanged", "toward the fix", "other edit"}
+    assert kind(SPAN_BUGGY) == kind(RESTYLED) == "buggy code unchanged"
+    assert kind(HALF) == "toward the fix"
+    assert kind(STUB) == "other edit"
 
 
 def test_progress_format_failure_is_minus_one():
