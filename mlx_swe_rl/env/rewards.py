@@ -41,7 +41,7 @@ def partial_reward(c: Completion) -> float:
 def normalise_source(code: str) -> str:
     """Source with formatting and comments normalised away (via the AST) when it parses."""
     try:
-        with warnings.catch_warnings():  # odd code ("1if x", "\\d" in a string) would print one each
+        with warnings.catch_warnings():  # odd code ("1if x", an unknown escape such as "\d") would print one each
             warnings.simplefilter("ignore", SyntaxWarning)
             return ast.unparse(ast.parse(code))
     except (SyntaxError, ValueError):
