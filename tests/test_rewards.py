@@ -244,10 +244,17 @@ def test_validate_weights_all_zero_or_empty(weights):
         validate_weights(weights)
 
 
-def test_normalising_odd_literals_prints_no_warning():
+def test_reading_odd_code_prints_no_warning():
     import warnings
 
+    from mlx_swe_rl.env.prompts import answer_closed
+    from mlx_swe_rl.puzzles.format import defines, normal_form
+
+    odd = "def f(y):\n    return 1if y else '\\d'\n"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert normalise_source("x = 1if y else 2\n") == "x = 1 if y else 2"
-    assert not caught  # one SyntaxWarning per answer would flood a report or a training log
+        assert normalise_source(odd) == "def f(y):\n    return 1 if y else '\\\\d'"
+        assert defines(odd, "f") and normal_form(odd)
+        assert answer_closed(f"```python\n{odd}```\n", "f")
+    # one SyntaxWarning per odd answer would flood a report, a training log or a mining run
+    assert not caught, [str(w.message) for w in caught]

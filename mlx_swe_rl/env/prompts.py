@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass
 
-from ..puzzles.format import Puzzle, defines
+from ..puzzles.format import Puzzle, defines, parse_python
 
 SYSTEM_PROMPT = "You are an expert Python programmer. You fix bugs in Python code."
 
@@ -79,7 +78,7 @@ class AnswerEnd:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_python(code)
         return True
     except (SyntaxError, ValueError):
         return False

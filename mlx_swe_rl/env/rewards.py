@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import ast
 import difflib
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..puzzles.format import Puzzle, defines
+from ..puzzles.format import Puzzle, defines, parse_python
 from ..sandbox.scorer import TestRun
 
 DEFAULT_REWARD: dict[str, float] = {"tests": 1.0}
@@ -41,9 +40,7 @@ def partial_reward(c: Completion) -> float:
 def normalise_source(code: str) -> str:
     """Source with formatting and comments normalised away (via the AST) when it parses."""
     try:
-        with warnings.catch_warnings():  # odd code ("1if x", an unknown escape such as "\d") would print one each
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.unparse(ast.parse(code))
+        return ast.unparse(parse_python(code))
     except (SyntaxError, ValueError):
         return "\n".join(line.rstrip() for line in code.strip().splitlines())
 

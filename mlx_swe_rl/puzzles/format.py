@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -62,9 +63,19 @@ def default_puzzle_dir() -> Path:
     return Path.cwd() / "puzzles"
 
 
+def parse_python(code: str) -> ast.Module:
+    """`ast.parse` without the warnings it gives about the code: code a model or an old repository
+    wrote ("1if x", an unknown escape such as "\\d": SyntaxWarning, or DeprecationWarning before
+    Python 3.12) would print one per odd line. Raises SyntaxError or ValueError as `ast.parse` does."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(code)
+
+
 def _top_level_names(code: str) -> set[str]:
     names: set[str] = set()
-    for node in ast.parse(code).body:
+    for node in parse_python(code).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -84,7 +95,7 @@ def normal_form(code: str) -> str:
     """The code's syntax tree without docstrings, as text: two sources that differ only in
     docstrings, comments or formatting have the same normal form. Raises SyntaxError (or
     ValueError) when the code does not parse."""
-    tree = ast.parse(code)
+    tree = parse_python(code)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
