@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -54,14 +55,13 @@ MECHANISMS = _mechanisms()
 
 
 def _sandbox_reads_stdlib() -> bool:
-    """A root run's candidates run as a uid of their own, which cannot import what is not
-    preloaded when Python lives where others may not enter (/root/.pyenv)."""
+    """A root run's candidates run as a uid of their own, which cannot read the standard
+    library when Python lives where others may not enter (/root/.pyenv)."""
     stdlib = Path(confine.readable_paths()[0])
     return not IS_ROOT or all(os.stat(d).st_mode & 0o001 for d in [stdlib, *stdlib.parents])
 
 
-SANDBOX_IMPORTS = _sandbox_reads_stdlib()
-NEEDS_IMPORT = {"connect_tcp", "send_udp"}  # `import socket` is not preloaded
+SANDBOX_READS_STDLIB = _sandbox_reads_stdlib()
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +191,10 @@ def attacks(world: dict) -> dict[str, str]:
                 os.remove("{world['deletable']}/victim.txt")
                 return "{PWNED}"
         """,
+        # `import socket` is refused with a message, which protects nothing: the module is
+        # still reachable through one that imported it. Only the kernel stops these two.
         "connect_tcp": f"""
-            import socket
+            from logging.handlers import socket
             def tag():
                 s = socket.create_connection(("127.0.0.1", {world['tcp']}), timeout=1)
                 s.sendall(b"{MARK}-tcp")
@@ -200,7 +202,7 @@ def attacks(world: dict) -> dict[str, str]:
                 return "{PWNED}"
         """,
         "send_udp": f"""
-            import socket
+            from logging.handlers import socket
             def tag():
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.sendto(b"{MARK}-udp", ("127.0.0.1", {world['udp']}))
@@ -235,6 +237,17 @@ def _restore(world: dict) -> None:
 
 ATTACK_NAMES = ["steal_answer_key", "read_home_file", "list_outside_workdir", "write_outside_workdir",
                 "delete_outside_workdir", "connect_tcp", "send_udp"]
+NETWORK_ATTACKS = {"connect_tcp", "send_udp"}
+
+
+def _server_got_mark(world: dict, seconds: float = 3.0) -> bool:
+    """Whether the servers received the attack's message (they poll: it may arrive late)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any(MARK.encode() in data for data in world["received"] if data):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.mark.skipif(not LINUX, reason="the unconfined controls use Linux paths")
@@ -242,11 +255,11 @@ ATTACK_NAMES = ["steal_answer_key", "read_home_file", "list_outside_workdir", "w
 def test_attack_works_unconfined(world, name):
     """Positive control: without confinement the attack gets through (the dropped uid of a
     root run still reads world-readable files and writes world-writable directories)."""
-    if name in NEEDS_IMPORT and not SANDBOX_IMPORTS:
-        pytest.skip("the sandbox uid cannot import socket here; the unprivileged run covers it")
     _restore(world)
     try:
         assert _score(world, attacks(world)[name], "none") == 1.0
+        if name in NETWORK_ATTACKS:  # and before _restore, or the next test would find the message
+            assert _server_got_mark(world)
     finally:
         _restore(world)
 
@@ -267,10 +280,13 @@ def test_attack_is_confined(world, name, mode):
 @pytest.mark.skipif(not MECHANISMS, reason="no confinement mechanism on this machine")
 @pytest.mark.parametrize("mode", MECHANISMS)
 def test_allowed_modules_import_and_oracle_scores(world, mode):
-    """Positive control under confinement: every allowed module imports, lazily loaded
-    codecs still load from the standard library, and the work directory is usable."""
-    imports = "\n".join(f"import {name}" for name in PRELOADED)
-    lazy = '"é".encode("cp1252"); "y".encode("koi8_r")' if SANDBOX_IMPORTS else "pass"
+    """Positive control under confinement: the modules candidates have always had import,
+    codecs load, the standard library may be read (for modules the worker does not
+    preload) and the work directory is usable. tests/test_sandbox_stdlib.py has the rest."""
+    imports = "\n".join(f"import {name}" for name in ["os", *PRELOADED])
+    lazy = '"é".encode("cp1252"); "y".encode("koi8_r")'
+    if SANDBOX_READS_STDLIB:
+        lazy += '; open(os.path.join(os.path.dirname(os.__file__), "this.py")).read()'
     code = imports + f"""
 def tag():
     {lazy}

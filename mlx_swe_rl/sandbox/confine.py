@@ -6,9 +6,11 @@ runs as a script (`python -I -S worker.py`) and loads this file by path; the par
 it too, only to name the mechanisms in messages.
 
 Mechanisms, by platform (each needs no privileges):
-- Linux, `landlock` (kernel 5.13+): the child may read the Python standard library (for lazy
-  imports) and `/dev/null`, and read and write its own work directory; every other path is
-  denied, listing directories included. TCP bind/connect are denied where the ABI has network
+- Linux, `landlock` (kernel 5.13+): the child may read the Python standard library (for the
+  few modules the worker does not preload: test packages, say) and `/dev/null`, and read and
+  write its own work directory; every other path is denied, listing directories included
+  (shared libraries too: extension modules work because the worker loaded them before the
+  fork, see `worker.preload_stdlib`). TCP bind/connect are denied where the ABI has network
   rules (4+), and signals and abstract Unix sockets outside the sandbox where it has scopes
   (6+). Landlock also stops the child from ptracing processes outside it.
 - Linux, `namespaces` (fallback where Landlock is missing): new user, mount and network
@@ -126,7 +128,8 @@ def landlock_abi() -> int:
 
 
 def readable_paths() -> list[str]:
-    """What a confined child may read: the standard library (lazy imports: codecs, say)."""
+    """What a confined child may read: the standard library (imports of modules the worker
+    did not preload)."""
     paths = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
     return sorted(p for p in paths if os.path.isdir(p))
 
