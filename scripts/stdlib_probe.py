@@ -42,6 +42,7 @@ BEGIN, END = "<!-- stdlib_probe.py: begin -->", "<!-- stdlib_probe.py: end -->"
 REFUSAL = "is refused here"  # in every ImportError the sandbox's refusal raises
 LIMITS = Limits(timeout=10.0, memory_mb=1024)
 KINDS = ("importable", "refused", "other")
+TITLES = {"root": "Run as root", "unprivileged": "Run as an unprivileged user"}
 
 
 # ----------------------------------------------------------------------------- probing
@@ -160,7 +161,7 @@ def markdown(record: dict) -> str:
     for key in sorted(record["runs"]):
         run = record["runs"][key]
         counts = run["counts"]
-        lines += [f"### Run as {key}", "",
+        lines += [f"### {TITLES.get(key, key)}", "",
                   f"Python {run['python']} on {run['platform']}, {run['date']}, confinement "
                   f"\"{run['confinement']}\", candidates run as {run['candidates_run_as']}: "
                   f"**{counts['importable']} importable, {counts['refused']} refused, {counts['other']} other** "
