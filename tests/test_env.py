@@ -228,3 +228,60 @@ def test_huge_int_answer_scores_zero_instead_of_crashing(env, bundled):
     p = by_id(bundled, "average_score")  # expects floats such as 90.0
     [(reward, info)] = env.score([(p.id, fenced(f"def {p.entry_point}(*args):\n    return 10 ** 400\n"))])
     assert reward == 0.0 and info["passed"] == 0
+
+
+# ------------------------------------------------------------------ a batch survives a puzzle that cannot be scored
+def broken_puzzle(pid: str = "broken_oracle") -> Puzzle:
+    """A puzzle whose expected values cannot be computed: its oracle raises (as one that fails
+    under load would fail its own tests)."""
+    return Puzzle(id=pid, tier="easy", split="train", entry_point="add_one", description="Return x plus one.",
+                  buggy="def add_one(x):\n    return x - 1\n",
+                  oracle="def add_one(x):\n    raise RuntimeError('oracle down')\n",
+                  tests=("assert add_one(1) == 2", "assert add_one(2) == 3"))
+
+
+def test_a_batch_survives_a_puzzle_that_cannot_be_scored(scorer, bundled, caplog):
+    from mlx_swe_rl.env.feedback import TestSplit
+    from mlx_swe_rl.puzzles.format import PuzzleError
+
+    good = [by_id(bundled, "clamp_value"), by_id(bundled, "management_levels")]
+    broken = broken_puzzle()
+    for split in (None, TestSplit(public=1)):
+        caplog.clear()
+        with CodeFixEnv(good + [broken], scorer, reward={"tests": 1.0, "format": 0.5}, split=split) as env:
+            items = [(good[0].id, fenced(good[0].oracle)), (broken.id, fenced("def add_one(x):\n    return x + 1\n")),
+                     (good[1].id, fenced(good[1].buggy)), (broken.id, "no code"), (good[1].id, fenced(good[1].oracle))]
+            for _ in range(2):  # logged once per puzzle, however often it comes back
+                verdicts = env.score(items)
+        (r0, i0), (r1, i1), (r2, i2), (r3, i3), (r4, i4) = verdicts
+        assert (r0, i0["solved"], r2, i2["solved"], r4, i4["solved"]) == (1.5, True, 0.5, False, 1.5, True)
+        assert not any("error" in info for info in (i0, i2, i4)) and i0["tests"] and i2["tests"]
+        for reward, info in ((r1, i1), (r3, i3)):  # every answer to the broken puzzle, with code or not
+            assert reward == 0.0 and not info["solved"] and info["tests"] == []
+            assert set(info["reward_parts"].values()) == {0.0}  # no part: its group carries no signal
+            assert info["error"] == "test 0: oracle did not finish: RuntimeError: oracle down"
+        if split is not None:
+            assert i1["public_ok"] is False and i1["feedback"] is None  # an episode ends on an error verdict
+        logged = [r.getMessage() for r in caplog.records if broken.id in r.getMessage()]
+        assert len(logged) == 1 and "cannot be scored" in logged[0] and "oracle down" in logged[0]
+    # callers that want to stop at a broken puzzle still can
+    with pytest.raises(PuzzleError, match="oracle down"):
+        scorer.expectations([broken])
+    errored, fine = scorer.run_many([(broken, broken.buggy), (good[0], good[0].buggy)])
+    assert errored.error and errored.results == [] and not errored.all_passed
+    assert fine.error is None and fine.results
+
+
+def test_a_public_view_that_cannot_be_scored_is_an_error_verdict(scorer):
+    from mlx_swe_rl.env.feedback import TestSplit
+
+    state = Puzzle(id="state_view", tier="easy", split="train", entry_point="add_one", description="Return x plus one.",
+                   buggy="def add_one(x):\n    return x - 1\n", oracle="def add_one(x):\n    return x + 1\n",
+                   tests=("items = [1]\nassert add_one(items.pop()) == 2", "assert items == []"), hidden_tests=(0,))
+    with CodeFixEnv([state], scorer, split=TestSplit(public=1)) as env:
+        [(reward, info)] = env.score([(state.id, fenced(state.oracle))])
+    assert reward == 0.0 and not info["solved"]
+    assert info["error"] == "public tests: test 0: oracle gives [1], test expects []"
+    with CodeFixEnv([state], scorer) as env:  # single-turn, the puzzle is fine
+        [(reward, info)] = env.score([(state.id, fenced(state.oracle))])
+    assert reward == 1.0 and "error" not in info

@@ -221,3 +221,33 @@ def test_python_m_eval_help():
     assert "Usage:" in proc.stdout
     for option in ("--model", "--samples", "--temperature", "--max-tokens", "--tiers", "--out"):
         assert option in proc.stdout
+
+
+# ---------------------------------------------------------------------------------- a puzzle that cannot be scored
+@pytest.mark.parametrize("turns", [1, 2])
+def test_evaluation_survives_and_reports_a_puzzle_that_cannot_be_scored(tiny_model, scorer, turns):
+    import dataclasses
+
+    from mlx_swe_rl.env.codefix import CodeFixEnv
+    from mlx_swe_rl.env.feedback import TestSplit
+    from mlx_swe_rl.rl.evaluation import evaluate, format_report
+
+    good = load_puzzles(tiers=["easy"])[:2]
+    broken = dataclasses.replace(good[0], id="broken_oracle", oracle=good[0].oracle + "\nraise RuntimeError('down')\n")
+    model, tokenizer = tiny_model
+    split = TestSplit(public=1) if turns > 1 else None
+    with CodeFixEnv(good + [broken], scorer, split=split) as env:
+        report = evaluate(model, tokenizer, env, good + [broken], samples=2, temperature=1.0, max_tokens=4,
+                          turns=turns, progress=False)
+    rows = {r["id"]: r for r in report["puzzles"]}
+    assert list(rows) == [good[0].id, good[1].id, "broken_oracle"]
+    assert report["errored"] == [{"id": "broken_oracle", "completions": 2, "error": rows["broken_oracle"]["error"]}]
+    assert "RuntimeError: down" in rows["broken_oracle"]["error"] and rows["broken_oracle"]["solved"] == 0
+    assert all("error" not in rows[p.id] for p in good)
+    for c in rows["broken_oracle"]["completions"]:
+        assert c["reward"] == 0.0 and c["error"] == rows["broken_oracle"]["error"]
+        if turns > 1:
+            assert len(c["turns"]) == 1  # no feedback to answer: the episode ends at once
+    overall = next(t for t in report["totals"] if (t["tier"], t["split"]) == ("all", "all"))
+    assert overall["puzzles"] == 3  # counted, as unsolved
+    assert "not scored (counted as unsolved): broken_oracle, 2 completion(s): " in format_report(report)

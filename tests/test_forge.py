@@ -174,6 +174,41 @@ def test_weak_tests_let_mutants_through_and_they_are_rejected(forged):
         assert p.buggy != p.oracle
 
 
+def test_the_split_never_shows_the_only_test_that_catches_a_mutant(scorer):
+    """Multi-turn repair's default split must hold for a forged puzzle: a public test that alone
+    catches the mutant, or that reads state a hidden assert leaves, joins `hidden_tests`; a
+    puzzle whose split already holds comes back as it was (same id, same files)."""
+    from mlx_swe_rl.env.feedback import TestSplit
+    from mlx_swe_rl.forge.checks import keep_split_sound
+    from mlx_swe_rl.puzzles.format import Puzzle
+
+    split = TestSplit()
+    base = Puzzle("inc__arith_op_1", "t", "train", "inc", "Add one.", "def inc(x):\n    return x - 1\n",
+                  "def inc(x):\n    return x + 1\n", ("assert inc(1) == 2", "assert inc(2) == 3", "assert inc(3) == 4"))
+    (public,) = split.public_indices(base)
+    alone = ["failed" if i == public else "passed" for i in range(3)]
+    both = ["failed" if i in (public, (public + 1) % 3) else "passed" for i in range(3)]
+    state = Puzzle("pop__negation_4", "t", "train", "inc", "Add one.", base.buggy, base.oracle,
+                   ("items = [1]\nassert inc(items.pop()) == 2", "assert items == []"))
+    fixed, unchanged, rebuilt = keep_split_sound([base, base, state], scorer, [alone, both, ["failed", "failed"]])
+    assert fixed.hidden_tests == (public,) and public not in split.public_indices(fixed)
+    assert unchanged is base
+    assert split.public_indices(state) == (1,)  # its public test reads what test 0's assert popped
+    assert rebuilt.hidden_tests == (1,) and split.public_indices(rebuilt) == (0,)
+    assert load_puzzle_text(puzzle_yaml(fixed)).hidden_tests == (public,)
+    assert "hidden_tests" not in puzzle_yaml(base)
+
+
+def load_puzzle_text(text: str):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t" / "inc__arith_op_1.yaml"
+        path.parent.mkdir()
+        path.write_text(text)
+        return load_puzzle(path)
+
+
 # ------------------------------------------------------------------------------ output
 def test_forged_set_passes_puzzles_check(forged, scorer):
     _, out = forged

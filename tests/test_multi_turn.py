@@ -3,6 +3,7 @@ hidden tests, a loss that never trains environment tokens, and episodes in the t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -334,3 +335,88 @@ def test_calibration_of_multi_turn_episodes(tiny_model, chosen):
     with pytest.raises(ValueError, match="single-turn"):
         calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, group_size=4, temperature=1.0, max_tokens=6,
                   turns=2, rounds=2, progress=False)
+
+
+# ---------------------------------------------------------------------------------- set-up for public tests
+from mlx_swe_rl.env.feedback import public_sources  # noqa: E402
+
+STATEFUL = (
+    f"chart = {{'ceo': ['cto']}}\nassert len(chart) == 1\nassert chart.get('{MARKER}') == None",  # 0
+    "chart['cto'] = ['dev']\nother = 'unrelated'\nassert len(chart['cto']) == 1",  # 1: a change in place
+    "assert chart['cto'] == ['dev']",  # 2
+    "assert sorted(chart) == ['ceo', 'cto']",  # 3
+)
+
+
+def test_a_public_test_gets_the_set_up_it_needs_and_no_assert():
+    (view,) = public_sources(STATEFUL, (2,))
+    assert view == "chart = {'ceo': ['cto']}\nchart['cto'] = ['dev']\n" + STATEFUL[2]
+    assert MARKER not in view and "unrelated" not in view  # no hidden assert, no set-up it does not need
+    assert plan_steps(view) == [["exec", "chart = {'ceo': ['cto']}\nchart['cto'] = ['dev']"],
+                                ["probe", "chart['cto']"]]
+
+
+def plan_steps(source: str) -> list[list[str]]:
+    from mlx_swe_rl.puzzles.testplan import plan_test
+
+    return plan_test(source).candidate_steps
+
+
+def test_set_up_that_already_runs_in_the_view_is_not_repeated():
+    # test 1 is public: its own statements run, so test 2 needs only what test 1 does not give
+    first, second = public_sources(STATEFUL, (1, 2))
+    assert first == "chart = {'ceo': ['cto']}\n" + STATEFUL[1]
+    assert second == STATEFUL[2]
+    # set-up prepended to an earlier public test is not run twice (it would undo test 2's state)
+    second, third = public_sources(STATEFUL, (2, 3))
+    assert second.startswith("chart = {'ceo': ['cto']}\n") and third == STATEFUL[3]
+
+
+def test_public_tests_that_needed_no_set_up_are_unchanged():
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    split = TestSplit(public=1)
+    changed = [p.id for p in load_puzzles()
+               if public_view(p, split.public_indices(p)).tests != tuple(p.tests[i] for i in split.public_indices(p))]
+    # the bundled puzzles whose public test reads a name an earlier hidden test binds, and only those
+    assert sorted(changed) == ["bucket_range_predicates", "management_levels", "playlist_track_list"]
+    assert public_sources(PUZZLE.tests, (0, 2)) == (PUZZLE.tests[0], PUZZLE.tests[2])
+
+
+def test_puzzles_that_needed_set_up_score_oracle_one_and_buggy_zero(scorer):
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    chosen = [p for p in load_puzzles() if p.id in {"bucket_range_predicates", "management_levels",
+                                                    "playlist_track_list"}]
+    with CodeFixEnv(chosen, scorer, split=TestSplit(public=1)) as env:
+        verdicts = env.score([(p.id, f"```python\n{code}```") for p in chosen for code in (p.oracle, p.buggy)])
+    for p, (oracle, buggy) in zip(chosen, zip(verdicts[::2], verdicts[1::2])):
+        assert oracle[0] == 1.0 and oracle[1]["solved"] and oracle[1]["public_ok"], (p.id, oracle[1])
+        assert buggy[0] == 0.0 and not buggy[1]["solved"] and "error" not in buggy[1], (p.id, buggy[1])
+
+
+def test_hidden_asserts_never_reach_a_public_run_with_set_up(scorer):
+    stateful = Puzzle(id="chart", tier="easy", split="train", entry_point="reports", description="Reports of a person.",
+                      buggy="def reports(chart, who):\n    return []\n",
+                      oracle="def reports(chart, who):\n    return chart.get(who, [])\n",
+                      tests=STATEFUL[:1] + ("assert reports(chart, 'ceo') == ['cto']",), hidden_tests=(0,))
+    assert TestSplit(public=1).public_indices(stateful) == (1,)
+    with CodeFixEnv([stateful], scorer, split=TestSplit(public=1)) as env:
+        (_, hostile), (_, buggy) = env.score([(stateful.id, HOSTILE.replace("def add(a, b)", "def reports(a, b)")
+                                               .replace('"add(" in s', '"chart" in s')),
+                                              (stateful.id, f"```python\n{stateful.buggy}```")])
+    assert "chart = {'ceo'" in hostile["feedback"].split("got", 1)[1]  # the channel works: it read the set-up
+    assert MARKER not in hostile["feedback"]
+    # the feedback shows the public test with its set-up (no assertion): what the model needs to read it
+    assert buggy["feedback"].startswith("The code failed this test:\nchart = {'ceo': ['cto']}\nassert reports(")
+    assert MARKER not in buggy["feedback"]
+
+
+def test_tests_a_puzzle_keeps_hidden_are_never_public():
+    split = TestSplit(public=1)
+    first = split.public_indices(PUZZLE)
+    kept = dataclasses.replace(PUZZLE, hidden_tests=first)
+    assert split.public_indices(kept) and not set(split.public_indices(kept)) & set(first)
+    assert set(TestSplit(public=10).public_indices(kept)) == set(range(4)) - set(first)
+    everything = dataclasses.replace(PUZZLE, hidden_tests=(0, 1, 2, 3))
+    assert split.public_indices(everything) == () and split.hidden_indices(everything) == (0, 1, 2, 3)

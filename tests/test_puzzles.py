@@ -361,6 +361,62 @@ def test_check_reports_oracle_load_error(tmp_path, scorer):
     assert "no_such_module_xyz" in report.problems[0]
 
 
+@pytest.mark.parametrize("hidden, detail", [
+    ("1", "hidden_tests: must be a list of test indices"),
+    ([0, "1"], "hidden_tests: must be a list of test indices"),
+    ([2], "hidden_tests: 2 is not the index of a test (0 to 1)"),
+    ([1, 1], "hidden_tests: an index is listed twice"),
+])
+def test_hidden_tests_must_be_distinct_test_indices(tmp_path, hidden, detail):
+    write_puzzle(tmp_path, puzzle_data(hidden_tests=hidden))
+    assert load_error(tmp_path).endswith(detail)
+
+
+def test_hidden_tests_load_sorted(tmp_path):
+    write_puzzle(tmp_path, puzzle_data(tests=["assert add_one(1) == 2", "assert add_one(2) == 3",
+                                              "assert add_one(3) == 4"], hidden_tests=[2, 0]))
+    assert load_puzzles(tmp_path)[0].hidden_tests == (0, 2)
+
+
+def test_check_reports_a_split_that_does_not_hold(tmp_path, scorer):
+    """With one public test: a public test that is the only one to catch the bug (the buggy
+    code would earn the full reward on the hidden ones), and one that reads state a hidden
+    assert leaves (its public run cannot rebuild it). `hidden_tests` pins which test is public."""
+    only_public_catches = puzzle_data(id="split_only_public", buggy="def add_one(x):\n    return x + 1 if x >= 0 else x\n",
+                                      tests=["assert add_one(1) == 2", "assert add_one(-1) == 0"], hidden_tests=[0])
+    public_catches_too = puzzle_data(id="split_fine", buggy="def add_one(x):\n    return x + 1 if x >= 0 else x\n",
+                                     tests=["assert add_one(1) == 2", "assert add_one(-1) == 0"], hidden_tests=[1])
+    needs_assert = puzzle_data(id="split_state", tests=["items = [1]\nassert add_one(items.pop()) == 2",
+                                                        "assert items == []"], hidden_tests=[0])
+    for data in (only_public_catches, public_catches_too, needs_assert):
+        write_puzzle(tmp_path, data)
+    reports = {r.puzzle.id: r for r in check_puzzles(load_puzzles(tmp_path), scorer)}
+    assert reports["split_only_public"].problems == [
+        "split (public test 1): buggy code passes every hidden test (only the public tests catch the bug): "
+        "it would score 1; list the catching test in hidden_tests or add a test that catches it"]
+    assert reports["split_fine"].ok, reports["split_fine"].problems
+    assert reports["split_state"].problems == [
+        "split (public test 1): public view: test 0: oracle gives [1], test expects []"]
+    # without the split check all three are sound single-turn puzzles
+    assert all(r.ok for r in check_puzzles(load_puzzles(tmp_path), scorer, split=None))
+
+
+def test_check_command_reports_the_split(tmp_path):
+    from click.testing import CliRunner
+
+    from mlx_swe_rl.cli.app import main
+
+    write_puzzle(tmp_path, puzzle_data(id="split_state", tests=["items = [1]\nassert add_one(items.pop()) == 2",
+                                                                "assert items == []"], hidden_tests=[0]))
+    write_puzzle(tmp_path, puzzle_data(id="split_fine"))
+    result = CliRunner().invoke(main, ["puzzles", "check", str(tmp_path), "--workers", "2"])
+    assert result.exit_code == 1
+    assert "split_state.yaml: split (public test 1): public view: test 0: oracle gives [1], test expects []" in result.output
+    assert "1/2 puzzles OK" in result.output and "2 split with 1 public test" in result.output
+    result = CliRunner().invoke(main, ["puzzles", "check", str(tmp_path), "--workers", "2", "--public-tests", "0"])
+    assert result.exit_code == 0 and "2/2 puzzles OK" in result.output and "split" not in result.output
+
+
 # ------------------------------------------------------------------- tasks without tests
 def untested(**overrides) -> dict:
     return puzzle_data(tests=[], **overrides)

@@ -114,3 +114,35 @@ def test_probes_that_the_candidate_process_would_decide_are_rejected(source):
 def test_plain_probes_are_accepted():
     plan = plan_test("assert f([1, 2])[0] == 1\nassert g.search('x')\nassert not h(1)")
     assert plan.checks == ["equal", "truthy", "falsy"]
+
+
+# ------------------------------------------------------------------ names read and bound (for the split's set-up)
+@pytest.mark.parametrize("source, free", [
+    ("chart = {'a': []}\nassert f(chart) == 1", {"f"}),  # bound before it is read
+    ("assert f(chart, 'cfo') == 1", {"f", "chart"}),
+    ("x = x + 1", {"x"}),  # the value is read before the name is bound
+    ("for n in range(3):\n    xs.append(f(n))", {"range", "xs", "f"}),  # a loop variable is bound first
+    ("total = 0\nfor v in vals:\n    total += v\nassert total == 3", {"vals"}),
+    ("assert [c(5) for c in checks] == [True]", {"checks"}),  # a comprehension's own variable is not read
+    ("def helper():\n    return chart['a']\nassert helper() == 1", {"chart"}),  # read when it is called
+    ("def fact(n):\n    return 1 if n < 2 else n * fact(n - 1)\nassert fact(3) == 6", set()),
+    ("with open(p) as fh:\n    data = fh.read()\nassert data", {"open", "p"}),
+    ("import math\nassert math.floor(x) == 1", {"x"}),
+])
+def test_free_names_follow_execution_order(source, free):
+    assert testplan.free_names(source) == free
+
+
+def test_changes_in_place_read_a_name_and_only_fresh_bindings_bind():
+    import ast
+
+    def names(source):
+        found = testplan.statement_names(ast.parse(source).body[0])
+        return set(found.loaded), set(found.bound)
+
+    assert names("chart['x'] = 1") == ({"chart"}, set())  # a change in place needs chart to exist
+    assert names("road.add('song')") == ({"road"}, set())
+    assert names("n += 1") == ({"n"}, set())  # not a fresh binding: an earlier one must exist
+    assert names("del cache") == ({"cache"}, set())
+    assert names("chart = dict(chart, x=1)") == ({"dict", "chart"}, {"chart"})
+    assert names("a, (b, c) = 1, (2, 3)") == (set(), {"a", "b", "c"})

@@ -529,3 +529,52 @@ def test_step_puzzles_order():
     # A step is a pure function of (step, per_step, seed): asking for step 7 alone gives the same.
     assert step_puzzles(items, 7, 3, seed=7) == stream[18:21]
     assert step_puzzles(items, 1, 12, seed=7)[:10] == stream[:10]
+
+
+# ------------------------------------------------------------------------------ 10. a puzzle that cannot be scored
+def test_an_errored_group_drops_out_of_the_loss(tmp_path, tiny_model_dir):
+    from mlx_swe_rl.models.sampling import Sample, SampleStats
+    from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch
+    from mlx_swe_rl.rl.trainer import loss_inputs
+
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "errored")
+
+    def group(pid: str, rewards: list[float], error: str | None = None) -> list[Rollout]:
+        info = {"code": None, "solved": False, **({"error": error} if error else {})}
+        return [Rollout(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, False, info) for i, r in enumerate(rewards)]
+
+    # rewards that differ within the errored group (a reward part that needs no test run, say)
+    batch = RolloutBatch([], [[1, 2], [3, 4]], [group("good", [1.0, 0.0]), group("broken", [0.5, 0.0], "oracle")],
+                         SampleStats())
+    groups, info = loss_inputs(batch, cfg)
+    assert [g.prompt for g in groups] == [[1, 2]]
+    assert info == {"zero_var_frac": 0.5, "loss_completions": 2}
+
+
+def test_a_training_step_survives_a_puzzle_that_cannot_be_scored(tmp_path, tiny_model_dir, scorer):
+    """A broken puzzle among good ones: its episodes get the error verdict (counted as `errored`
+    in history.jsonl, the error in rollouts.jsonl), the others are scored, the run goes on."""
+    import shutil
+
+    from mlx_swe_rl.env.codefix import CodeFixEnv
+    from mlx_swe_rl.puzzles.format import default_puzzle_dir, load_puzzles
+
+    root = tmp_path / "set"
+    (root / "easy").mkdir(parents=True)
+    for pid in ("clamp_value", "digit_sum"):
+        shutil.copyfile(default_puzzle_dir() / "easy" / f"{pid}.yaml", root / "easy" / f"{pid}.yaml")
+    text = (default_puzzle_dir() / "easy" / "digit_sum.yaml").read_text()
+    (root / "easy" / "broken_sum.yaml").write_text(
+        text.replace("id: digit_sum", "id: broken_sum").replace("oracle: |\n", "oracle: |\n  import no_such_module_xyz\n"))
+    puzzles = load_puzzles(root)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "broken", f"puzzles.dir={root}", "puzzles.split=all", "train.steps=2",
+                    "train.puzzles_per_step=3", "sampling.group_size=2", "sampling.max_tokens=4")
+    with CodeFixEnv(puzzles, scorer) as env:
+        history = train(cfg, env=env, progress=False, log=quiet).history
+    assert [h["errored"] for h in history] == [2, 2]  # the broken puzzle's two episodes, every step
+    lines = history_lines(cfg.run_dir)
+    assert [h["errored"] for h in lines] == [2, 2]
+    rollouts = [json.loads(line) for line in (cfg.run_dir / "rollouts.jsonl").read_text().splitlines()]
+    broken = [r for r in rollouts if r["puzzle_id"] == "broken_sum"]
+    assert len(broken) == 4 and all(r["reward"] == 0.0 and "no_such_module_xyz" in r["error"] for r in broken)
+    assert all("error" not in r for r in rollouts if r["puzzle_id"] != "broken_sum")

@@ -146,7 +146,9 @@ def test_the_data_endpoint_holds_history_alarms_evaluations_and_config(server):
     assert after["change_vs_before"]["all"]["change"] == 0.5 and d["evals"][0]["change_vs_before"] is None
     assert d["puzzle_changes"] == {"from": "before", "to": "after", "improved": [PUZZLE], "worsened": []}
     assert "max_tokens: 64" in d["config_text"] and d["config"]["optim"]["max_grad_norm"] == 1.0
-    assert d["rollout_steps"] == [{"step": 1, "solved": 1, "completions": 2}, {"step": 2, "solved": 1, "completions": 2}]
+    assert d["rollout_steps"] == [{"step": 1, "solved": 1, "completions": 2, "errored": 0},
+                                  {"step": 2, "solved": 1, "completions": 2, "errored": 0}]
+    assert [h["errored"] for h in d["history"]] == [0, 0]  # records written before `errored` existed: 0
 
 
 def test_a_live_run_shows_new_steps_and_tolerates_a_line_being_written(server, run_dir):
@@ -165,7 +167,7 @@ def test_a_live_run_shows_new_steps_and_tolerates_a_line_being_written(server, r
     with open(run_dir / "rollouts.jsonl", "a") as f:
         f.write(json.dumps({"step": 3, "puzzle_id": PUZZLE, "reward": 0.0, "solved": False, "completion": "x",
                             "code": None, "tests": []}) + "\n" + '{"step": 4, "puzz')
-    assert data(server)["rollout_steps"][-1] == {"step": 3, "solved": 0, "completions": 1}
+    assert data(server)["rollout_steps"][-1] == {"step": 3, "solved": 0, "completions": 1, "errored": 0}
     assert strict_json(get(server, "/api/rollouts")[2])["step"] == 3
 
 
@@ -306,3 +308,33 @@ def test_a_multi_turn_rollout_shows_its_turns_and_the_feedback():
     assert [t["completion"] for t in view["turns"]] == ["first try", "second"]
     assert view["turns"][0]["feedback"] == "Your reply held no code." and view["turns"][1]["feedback"] is None
     assert _rollout_view({"completion": "x"}, None)["turns"] is None  # single-turn lines have none
+
+
+def test_errored_steps_and_the_error_on_a_rollout_are_shown(server, run_dir):
+    """A puzzle that could not be scored: the step's `errored` count (history and rollouts) and
+    the error on each of its rollouts; the page draws both only when there is one."""
+    error = "test 0: oracle did not finish: RuntimeError: oracle down"
+    with open(run_dir / "history.jsonl", "a") as f:
+        f.write(json.dumps(history_line(3, errored=2)) + "\n")
+    with open(run_dir / "rollouts.jsonl", "a") as f:
+        for _ in range(2):
+            f.write(json.dumps({"step": 3, "puzzle_id": "broken", "reward": 0.0, "solved": False, "completion": "x",
+                                "code": None, "tests": [], "error": error}) + "\n")
+        f.write(json.dumps({"step": 3, "puzzle_id": PUZZLE, "reward": 0.0, "solved": False, "completion": "y",
+                            "code": None, "tests": []}) + "\n")
+    d = data(server)
+    assert [h["errored"] for h in d["history"]] == [0, 0, 2]
+    assert d["rollout_steps"][-1] == {"step": 3, "solved": 0, "completions": 3, "errored": 2}
+    puzzles = {p["id"]: p for p in strict_json(get(server, "/api/rollouts?step=3")[2])["puzzles"]}
+    assert [r["error"] for r in puzzles["broken"]["rollouts"]] == [error, error]
+    assert puzzles[PUZZLE]["rollouts"][0]["error"] is None
+    script = (PAGE_DIR / "watch.js").read_text()
+    assert "r.errored > 0" in script and "r.error ?" in script and "not scored" in script
+
+
+def test_rollout_summary_carries_the_error_of_an_error_verdict():
+    info = {"code": None, "format_ok": False, "passed": 0, "total": 2, "reward_parts": {"tests": 0.0}, "tests": [],
+            "error": "oracle failed to load: " + "x" * 900}
+    line = Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, info).summary()
+    assert line["error"].startswith("oracle failed to load: ") and len(line["error"]) == 500
+    assert "error" not in Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, dict(info, error=None)).summary()

@@ -26,7 +26,11 @@ class CodeFixEnv:
 
     With a `split` (multi-turn repair) every scored answer also runs the puzzle's public tests
     alone, for the feedback, and its reward and `solved` come from the hidden tests (or all,
-    `split.reward_on`), run separately (env.feedback says why)."""
+    `split.reward_on`), run separately (env.feedback says why).
+
+    A puzzle that cannot be scored (its oracle fails its own tests or its public view, so the
+    expected values are unknown) does not stop a batch: each of its answers gets the error
+    verdict (reward 0, not solved, `info["error"]` says why) and the others are scored."""
 
     def __init__(self, puzzles: list[Puzzle], scorer: Scorer | None = None,
                  reward: Mapping[str, float] = DEFAULT_REWARD, answer_format: str = "function",
@@ -85,11 +89,16 @@ class CodeFixEnv:
         extracted = [self.format.extract(text, p) for p, (_, text) in zip(puzzles, items)]
         codes = [code for code, _ in extracted]
         needs_run = bool(NEEDS_TESTS & self.reward.keys()) or self.split is not None
-        to_run = [i for i, code in enumerate(codes) if code is not None and needs_run and puzzles[i].tests]
+        errors = self._errors(puzzles) if needs_run else {}
+        to_run = [i for i, code in enumerate(codes)
+                  if code is not None and needs_run and puzzles[i].tests and puzzles[i].id not in errors]
         runs = dict(zip(to_run, self.scorer.run_many([(puzzles[i], codes[i]) for i in to_run])))
         public = self._public_runs(puzzles, codes, to_run) if self.split is not None else {}
         out = []
         for i, (puzzle, (code, problem)) in enumerate(zip(puzzles, extracted)):
+            if puzzle.id in errors:
+                out.append(self._error_verdict(puzzle, code, problem, errors[puzzle.id]))
+                continue
             run = self._rewarded(puzzle, runs.get(i))
             weights = self.reward if puzzle.tests else self.reward_without_tests
             reward, parts = combine(Completion(puzzle, code, run), weights)
@@ -113,6 +122,35 @@ class CodeFixEnv:
                 info.update(self._turn_outcome(puzzle, code, public.get(i), solved))
             out.append((reward, info))
         return out
+
+    def _errors(self, puzzles: list[Puzzle]) -> dict[str, str]:
+        """{puzzle id: why it cannot be scored} for the batch's puzzles with tests: the scorer
+        cannot compute the expected values of the puzzle or (with a split) of its public view."""
+        unique = list({p.id: p for p in puzzles if p.tests}.values())
+        views = {p.id: public_view(p, self.split.public_indices(p)) for p in unique
+                 if self.split is not None and self.split.public_indices(p)}
+        found = self.scorer.errors(unique + list(views.values()))
+        errors = {p.id: found[p.id] for p in unique if p.id in found}
+        for pid, view in views.items():
+            if pid not in errors and view.id in found:
+                errors[pid] = f"public tests: {found[view.id]}"
+        return errors
+
+    def _error_verdict(self, puzzle: Puzzle, code: str | None, problem: str | None,
+                       error: str) -> tuple[float, dict[str, Any]]:
+        """What an answer to a puzzle that cannot be scored gets: reward 0 (every part 0, so its
+        group carries no signal), not solved, the error; with a split, no feedback (its episode
+        ends here)."""
+        weights = self.reward if puzzle.tests else self.reward_without_tests
+        info: dict[str, Any] = {
+            "puzzle_id": puzzle.id, "code": code, "format_ok": code is not None, "format_error": problem,
+            "solved": False, "passed": 0, "total": len(puzzle.tests), "tests": [], "output": "",
+            "reward_parts": dict.fromkeys(weights, 0.0), "error": error,
+        }
+        if self.split is not None:
+            info.update({"public_tests": list(self.split.public_indices(puzzle)), "public_passed": 0,
+                         "public_ok": False, "feedback": None})
+        return 0.0, info
 
     def _rewarded(self, puzzle: Puzzle, run: TestRun | None) -> TestRun | None:
         """The results the reward reads: all tests, or (split.reward_on hidden) the hidden ones.

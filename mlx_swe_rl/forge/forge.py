@@ -13,6 +13,11 @@ stay held out; of the others, a seeded hash picks `heldout_frac`.
 
 Same seeds and settings, same puzzles, byte for byte (verdicts permitting: a mutant whose
 verdict depends on timing is rejected as unstable or too slow).
+
+Multi-turn repair's default split (one public test) must hold for every kept puzzle: a test
+that is the only one to catch its mutant, or whose public run cannot rebuild the state earlier
+tests leave, is written into the puzzle's `hidden_tests`, so the split passes over it. The
+mutants kept, and their ids, do not depend on it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any, Callable
 from ..puzzles.format import Puzzle, defines
 from ..sandbox.scorer import Scorer, TestRun
 from ..sandbox.verdict import TIMEOUT
-from .checks import ORACLE_BUDGET_SHARE
+from .checks import ORACLE_BUDGET_SHARE, keep_split_sound
 from .mutators import FAMILIES, Mutant, mutants
 from .puzzleset import puzzle_yaml, write_puzzle_set
 
@@ -67,6 +72,7 @@ class ForgeResult:
             "seed_functions": {split: len({seed_function(p.id) for p in self.puzzles if p.split == split})
                                for split in ("train", "heldout")},
             "families": families,
+            "hidden_tests": sum(bool(p.hidden_tests) for p in self.puzzles),
             "seed_problems": self.seed_problems,
         }
 
@@ -148,7 +154,7 @@ def forge(seeds: list[Seed], scorer: Scorer, settings: ForgeSettings = ForgeSett
             usable.append(s)
     queues = {s.id: candidates(s, settings) for s in usable}
     seen = {s.id: {_normal(s.code)} for s in usable}
-    kept: dict[str, list[Mutant]] = {s.id: [] for s in usable}
+    kept: dict[str, list[tuple[Mutant, list[str]]]] = {s.id: [] for s in usable}  # with its per-test verdict
     while True:
         batch: list[tuple[Seed, Mutant]] = []
         for s in usable:
@@ -172,17 +178,20 @@ def forge(seeds: list[Seed], scorer: Scorer, settings: ForgeSettings = ForgeSett
                 continue  # enough already: neither kept nor rejected
             result.counts[m.family][outcome] += 1
             if outcome == "kept":
-                kept[s.id].append(m)
+                kept[s.id].append((m, [r.status for r in runs[2 * i].results]))
         if progress:
             progress(len(batch))
     held = heldout_ids(usable, settings.heldout_frac, settings.seed)
+    made, made_statuses = [], []
     for s in usable:
         numbers: Counter = Counter()
-        for m in kept[s.id]:
+        for m, statuses in kept[s.id]:
             numbers[m.family] += 1
-            result.puzzles.append(replace(
+            made.append(replace(
                 _seed_puzzle(s, settings, m.code), id=puzzle_id(s.id, m.family, numbers[m.family]),
                 split="heldout" if s.id in held else "train", family=m.family, mutation=m.description))
+            made_statuses.append(statuses)
+    result.puzzles = keep_split_sound(made, scorer, made_statuses)
     return result
 
 

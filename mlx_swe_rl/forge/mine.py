@@ -44,7 +44,7 @@ from typing import Any, Callable
 from ..puzzles.format import Puzzle, normal_form
 from ..sandbox.scorer import Scorer
 from . import history
-from .checks import check_puzzles
+from .checks import check_puzzles, keep_split_sound
 from .doctests import docstring_of, doctest_tests, free_names, module_imports, needed_imports
 from .licence import is_licence_file, licence_id
 from .puzzleset import write_puzzle_set
@@ -317,7 +317,9 @@ def attach_tests(mined: Mined, scorer: Scorer) -> None:
         puzzles = [Puzzle(f"candidate_{i}", "mined", "train", mined.changes[i].name, mined.changes[i].description,
                           _with_prefix(prefix, mined.changes[i].buggy), _with_prefix(prefix, mined.changes[i].oracle),
                           tests) for i, (prefix, tests) in trial.items()]
-        for (i, (prefix, tests)), report in zip(trial.items(), check_puzzles(puzzles, scorer)):
+        # Without the split check: which doctests a task keeps stays as it was; its split is made
+        # to hold once the task has its id (build_puzzles).
+        for (i, (prefix, tests)), report in zip(trial.items(), check_puzzles(puzzles, scorer, split=None)):
             if report.ok:
                 mined.changes[i] = replace(mined.changes[i], prefix=prefix, tests=tests)
                 del todo[i]
@@ -336,8 +338,10 @@ def split(changes: list[Change], heldout_frac: float) -> list[str]:
     return ["heldout" if i >= cut or (c.path, c.qualname) in late else "train" for i, c in enumerate(changes)]
 
 
-def build_puzzles(mined: Mined) -> list[Puzzle]:
-    """The tasks, oldest first, with ids `<qualname>-<sha7>` (longer shas where two collide)."""
+def build_puzzles(mined: Mined, scorer: Scorer | None = None) -> list[Puzzle]:
+    """The tasks, oldest first, with ids `<qualname>-<sha7>` (longer shas where two collide).
+    With a scorer, tasks with tests get the `hidden_tests` multi-turn repair's split needs
+    (`checks.keep_split_sound`)."""
     tier = sanitize(mined.name)
     ids: set[str] = set()
     puzzles = []
@@ -357,6 +361,8 @@ def build_puzzles(mined: Mined) -> list[Puzzle]:
         puzzles.append(Puzzle(pid, tier, which, change.name, change.description,
                               _with_prefix(change.prefix, change.buggy), _with_prefix(change.prefix, change.oracle),
                               change.tests, source=source))
+    if scorer is not None and any(p.tests for p in puzzles):
+        puzzles = keep_split_sound(puzzles, scorer)
     return puzzles
 
 
@@ -402,7 +408,7 @@ def mine(repo: Path, settings: MineSettings = MineSettings(), scorer: Scorer | N
     mined = collect(repo, settings, progress)
     if settings.tests and scorer is not None:
         attach_tests(mined, scorer)
-    return mined, build_puzzles(mined)
+    return mined, build_puzzles(mined, scorer if settings.tests else None)
 
 
 def format_funnel(data: dict[str, Any]) -> str:

@@ -31,7 +31,8 @@ def puzzle_yaml(p: Puzzle) -> str:
     fields that are not set are left out."""
     data = {"id": p.id, "tier": p.tier, "split": p.split, "entry_point": p.entry_point, "family": p.family,
             "mutation": p.mutation, "description": p.description, "buggy": p.buggy, "oracle": p.oracle,
-            "tests": list(p.tests), "timeout": p.timeout, "source": p.source}
+            "tests": list(p.tests), "hidden_tests": list(p.hidden_tests) or None, "timeout": p.timeout,
+            "source": p.source}
     data = {k: v for k, v in data.items() if v is not None}
     return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
 

@@ -22,8 +22,9 @@ from .testplan import TestPlan, TestSyntaxError, plan_test
 SPLITS = ("train", "heldout")
 TIERS = ("easy", "medium", "hard")  # the bundled tiers; other sets may name their own
 FIELDS = ("id", "tier", "split", "entry_point", "description", "buggy", "oracle", "tests", "timeout",
-          "family", "mutation", "source")
-REQUIRED = FIELDS[:-4]  # timeout, the forge's family and mutation, and the miner's source are optional
+          "family", "mutation", "source", "hidden_tests")
+# optional: timeout, the forge's family and mutation, the miner's source, and the split's hidden_tests
+REQUIRED = FIELDS[:-5]
 NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 MAX_TIMEOUT = 60.0
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "puzzles"
@@ -46,6 +47,9 @@ class Puzzle:
     timeout: float | None = None
     family: str | None = None  # the forge's mutator family, for puzzles it made
     mutation: str | None = None  # the forge's one-line description of the change (never shown to a model)
+    # Tests multi-turn repair's split never makes public (env.feedback.TestSplit): the only test that
+    # catches the bug, or one whose public run cannot rebuild the state earlier tests leave.
+    hidden_tests: tuple[int, ...] = ()
     # Provenance of a mined task (repository, commit, path, ...): plain strings and ints,
     # never shown to a model; not part of the puzzle's identity.
     source: dict[str, str | int] | None = field(default=None, compare=False)
@@ -160,6 +164,21 @@ def check_tests(data: dict, path: Path, allow_empty: bool = False) -> tuple[str,
     return tuple(tests)
 
 
+def check_hidden_tests(data: dict, path: Path, tests: tuple[str, ...]) -> tuple[int, ...]:
+    """The optional `hidden_tests`: distinct indices of tests, sorted."""
+    hidden = data.get("hidden_tests")
+    if hidden is None:
+        return ()
+    if not isinstance(hidden, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in hidden):
+        raise PuzzleError(f"{path}: hidden_tests: must be a list of test indices")
+    for i in hidden:
+        if not 0 <= i < len(tests):
+            raise PuzzleError(f"{path}: hidden_tests: {i} is not the index of a test (0 to {len(tests) - 1})")
+    if len(set(hidden)) != len(hidden):
+        raise PuzzleError(f"{path}: hidden_tests: an index is listed twice")
+    return tuple(sorted(hidden))
+
+
 def check_timeout(data: dict, path: Path) -> float | None:
     timeout = data.get("timeout")
     if timeout is None:
@@ -198,11 +217,12 @@ def parse_puzzle(data: object, path: Path) -> Puzzle:
         raise PuzzleError(f"{path}: family: '{data['family']}' must use lowercase letters, digits, '_' and '-'")
     for key in ("buggy", "oracle"):
         check_code(data, path, key)
+    tests = check_tests(data, path, allow_empty=True)
     return Puzzle(
         id=data["id"], tier=data["tier"], split=data["split"], entry_point=data["entry_point"],
         description=data["description"].strip(), buggy=data["buggy"], oracle=data["oracle"],
-        tests=check_tests(data, path, allow_empty=True), timeout=check_timeout(data, path),
-        family=data.get("family"), mutation=data.get("mutation"), source=check_source(data, path), path=path,
+        tests=tests, timeout=check_timeout(data, path), family=data.get("family"), mutation=data.get("mutation"),
+        source=check_source(data, path), hidden_tests=check_hidden_tests(data, path, tests), path=path,
     )
 
 

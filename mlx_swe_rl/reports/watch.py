@@ -262,9 +262,12 @@ class RunWatcher:
         steps: dict[int, list[int]] = {}
         for r in rollouts:
             if isinstance(r.get("step"), int):
-                count = steps.setdefault(r["step"], [0, 0])
+                count = steps.setdefault(r["step"], [0, 0, 0])
                 count[0] += bool(r.get("solved"))
                 count[1] += 1
+                count[2] += bool(r.get("error"))
+        # Records written before `errored` existed had no error verdicts: 0.
+        history = [{**h, "errored": h.get("errored") or 0} for h in history]
         return _finite({
             "run_dir": str(self.run_dir), "run_name": values.get("run_name") or self.run_dir.name,
             "model": (values.get("model") or {}).get("spec"),
@@ -273,7 +276,8 @@ class RunWatcher:
             "config": values, "config_text": config["text"], "history": history, "alarms": alarms,
             "evals": [{"name": name, **{k: v for k, v in e.items() if k != "puzzles"}} for name, e in evals.items()],
             "puzzle_changes": _puzzle_changes(evals),
-            "rollout_steps": [{"step": s, "solved": c[0], "completions": c[1]} for s, c in sorted(steps.items())],
+            "rollout_steps": [{"step": s, "solved": c[0], "completions": c[1], "errored": c[2]}
+                              for s, c in sorted(steps.items())],
             "updated": self._last_change(), "now": time.time(),
         })
 
@@ -342,6 +346,7 @@ def _rollout_view(r: dict[str, Any], puzzle: Any) -> dict[str, Any]:
             "diff": code_diff(buggy, code) if code is not None and buggy is not None else None,
             "tests": [{"status": str(t.get("status", "?")), "detail": str(t.get("detail", ""))}
                       for t in tests if isinstance(t, dict)] if isinstance(tests, list) else None,
+            "error": str(r["error"]) if r.get("error") else None,  # its puzzle could not be scored
             "turns": [{"completion": str(t.get("completion", "")), "public_ok": t.get("public_ok"),
                        "solved": bool(t.get("solved")), "feedback": t.get("feedback")}
                       for t in r["turns"] if isinstance(t, dict)] if isinstance(r.get("turns"), list) else None}

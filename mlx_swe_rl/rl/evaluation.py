@@ -53,6 +53,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     rows = []
     for puzzle, group in zip(batch.puzzles, batch.groups):
         solved = sum(r.solved for r in group)
+        errors = [r.error for r in group if r.error]
         rows.append({
             "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split, "family": puzzle.family,
             "samples": len(group), "solved": solved,
@@ -60,6 +61,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
             f"pass@{samples}": pass_at_k(len(group), solved, samples),
             "mean_reward": sum(r.reward for r in group) / len(group),
             **({"public_tests": list(split.public_indices(puzzle))} if split is not None else {}),
+            **({"errored": len(errors), "error": errors[0]} if errors else {}),
             "completions": [r.record() for r in group],
         })
     stats = batch.stats
@@ -81,6 +83,8 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
                    "peak_memory_gb": stats.peak_memory_gb, "truncated": stats.truncated,
                    "stopped": stats.stopped},
         "totals": totals(rows, samples),
+        # puzzles that could not be scored: counted as unsolved in the totals, named here
+        "errored": [{"id": r["id"], "completions": r["errored"], "error": r["error"]} for r in rows if "error" in r],
         **report_extra,
         "puzzles": rows,
     }
@@ -226,6 +230,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{t[kind]:<{group_width}}  {t['split']:<7}  {t['puzzles']:>7}  {t['pass@1']:>6.3f}  "
                      f"[{low:.3f}, {high:.3f}]" + (f"  {t[key_k]:>7.3f}" if samples > 1 else "")
                      + f"  {t['any_solved']:>10}/{t['puzzles']}")
+    for e in report.get("errored") or []:
+        lines.append(f"\nnot scored (counted as unsolved): {e['id']}, {e['completions']} completion(s): {e['error']}")
     if "multi_turn" in report:
         lines += format_turns(report)
     timing = report["timing"]

@@ -38,7 +38,8 @@ class Turn:
         return {"text": self.sample.text, "num_tokens": self.sample.num_tokens, "finish": self.sample.finish,
                 "code": info["code"], "public_ok": info.get("public_ok"), "public_passed": info.get("public_passed"),
                 "solved": info["solved"], "reward": self.reward,
-                "feedback": info.get("feedback") if self.bridge else None}
+                "feedback": info.get("feedback") if self.bridge else None,
+                **({"error": info["error"]} if info.get("error") else {})}
 
 
 @dataclass
@@ -55,6 +56,11 @@ class Rollout:
     info: dict[str, Any]
     turns: list[Turn] = field(default_factory=list)
     dropped: bool = False
+
+    @property
+    def error(self) -> str | None:
+        """Why its puzzle could not be scored (an error verdict: reward 0), else None."""
+        return self.info.get("error")
 
     @property
     def model_tokens(self) -> int:
@@ -90,6 +96,7 @@ class Rollout:
             "passed": self.info["passed"],
             "total": self.info["total"],
             "tests": self.info["tests"],
+            **({"error": self.error} if self.error else {}),
             **({"turns": [t.record() for t in self.turns], "dropped": self.dropped} if self.turns else {}),
         }
 
@@ -107,6 +114,7 @@ class Rollout:
             "code": self.info.get("code"),
             "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
                       for t in self.info.get("tests", [])],
+            **({"error": _clip(self.error, ERROR_CHARS)} if self.error else {}),
             **({"turns": [{"completion": t.sample.text, "code": t.info.get("code"), "public_ok": t.info.get("public_ok"),
                            "solved": t.info.get("solved"), "feedback": t.info.get("feedback") if t.bridge else None}
                           for t in self.turns]} if self.turns else {}),
@@ -114,6 +122,7 @@ class Rollout:
 
 
 DETAIL_CHARS = 200  # per test in rollouts.jsonl: enough for "expected X, got Y", not a traceback
+ERROR_CHARS = 500  # why a puzzle could not be scored: the oracle's exception, not its whole output
 
 
 def _clip(text: str, limit: int) -> str:
@@ -222,7 +231,7 @@ class _Episodes:
             self.score_waiting()
         _, info = self.verdicts[id(s)]
         turns = self.chain(s)
-        if info["public_ok"]:
+        if info["public_ok"] or info.get("error"):  # an error verdict has no feedback to answer
             return None
         bridge = self.frame.bridge(self.tokenizer, info["feedback"], s.finish == EOS)
         messages = self.env.prompt_for(self.puzzle_of(s).id)

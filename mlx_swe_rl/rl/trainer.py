@@ -160,7 +160,10 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
     if rollouts.groups:  # a rank may have no puzzles this step
         rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
         adv, ok = group_advantages(rewards, cfg.grpo.advantage)
-        advantages, valid = adv.tolist(), ok.tolist()
+        # A group with an error verdict (its puzzle could not be scored) says nothing about its
+        # answers: its rewards are all 0, so it has no variance, and it counts as such regardless.
+        advantages = adv.tolist()
+        valid = [bool(v) and not any(r.error for r in group) for v, group in zip(ok.tolist(), rollouts.groups)]
     groups = []
     for prompt, group, group_adv, ok in zip(rollouts.prompts, rollouts.groups, advantages, valid):
         if not ok:
@@ -300,6 +303,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
                           "tokens": sum(r.model_tokens for r in flat),
                           "turns": sum(max(len(r.turns), 1) for r in flat),
                           "truncated": sum(r.sample.truncated for r in flat),
+                          "errored": sum(bool(r.error) for r in flat),
                           "tokens_per_s": rollouts.stats.tokens_per_second})
     slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "score_s": rollouts.score_seconds,
                             "reference_s": stats.get("reference_s", 0.0), "update_s": update_seconds,
@@ -319,6 +323,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "completion_len": total["tokens"] / total["n"],  # the model's tokens per episode, all turns
         "turns": total["turns"] / total["n"],
         "truncation_rate": total["truncated"] / total["n"],
+        "errored": int(total["errored"]),  # episodes whose puzzle could not be scored (reward 0, no loss)
         "tokens_per_s": total["tokens_per_s"],  # summed over the ranks
         "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
         else float(optimizer.learning_rate),

@@ -2,10 +2,16 @@
 
 Training, rollouts, evaluation and `puzzles check` all go through `Scorer`, so a
 completion gets the same verdict wherever it is scored.
+
+A puzzle whose expected values cannot be computed (its oracle fails its own tests, say under
+load) cannot judge anything: its items come back as error runs (`TestRun.error`), logged once
+per puzzle, and the rest of the batch is scored. `expectations` raises instead, for callers
+that want to stop at a broken puzzle.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, replace
 
@@ -21,6 +27,7 @@ class TestRun:
     results: list[TestResult]
     output: str = ""
     seconds: float = 0.0
+    error: str | None = None  # why the puzzle could not be scored (never run: no results)
 
     @property
     def passed(self) -> int:
@@ -33,6 +40,9 @@ class TestRun:
     @property
     def all_passed(self) -> bool:
         return self.total > 0 and self.passed == self.total
+
+
+log = logging.getLogger(__name__)
 
 
 def _key(puzzle: Puzzle) -> tuple:
@@ -54,6 +64,7 @@ class Scorer:
         self._oracle_box: Sandbox | None = None
         self._expected: dict[tuple, list[list[Expectation]]] = {}
         self._lock = threading.Lock()
+        self._logged: set[str] = set()  # puzzle ids whose error was logged
 
     @property
     def confinement(self) -> str:
@@ -90,14 +101,29 @@ class Scorer:
             if problems:
                 raise PuzzleError(f"{by_id[pid].path or pid}: oracle: {problems[0]}")
 
+    def errors(self, puzzles: list[Puzzle]) -> dict[str, str]:
+        """{puzzle id: why it cannot be scored} for those of `puzzles` whose expected values
+        cannot be computed (the oracle's first problem); each is logged once per puzzle id.
+        A puzzle that failed is tried again on the next call (a failure under load may pass)."""
+        found = {pid: problems[0] for pid, (problems, _) in self.prepare(puzzles).items() if problems}
+        for pid, error in found.items():
+            if pid not in self._logged:
+                self._logged.add(pid)
+                log.warning("puzzle %s cannot be scored, its answers get an error verdict: %s", pid, error)
+        return found
+
     def run_many(self, items: list[tuple[Puzzle, str]]) -> list[TestRun]:
-        """Score (puzzle, code) pairs in parallel; results in input order."""
-        self.expectations([p for p, _ in items])
-        jobs = [(code, [plan.candidate_steps for plan in p.plans], self.limits_for(p)) for p, code in items]
-        runs = self.sandbox.run_many(jobs)
+        """Score (puzzle, code) pairs in parallel; results in input order. An item whose puzzle
+        cannot be scored gets an error run (`errors`), the others their verdicts."""
+        errors = self.errors([p for p, _ in items])
+        good = [i for i, (p, _) in enumerate(items) if _key(p) in self._expected]
+        jobs = [(code, [plan.candidate_steps for plan in p.plans], self.limits_for(p))
+                for p, code in (items[i] for i in good)]
+        runs = dict(zip(good, self.sandbox.run_many(jobs)))
         return [
-            TestRun(judge(run, self._expected[_key(p)]), run.output, run.seconds)
-            for (p, _), run in zip(items, runs)
+            TestRun(judge(runs[i], self._expected[_key(p)]), runs[i].output, runs[i].seconds) if i in runs
+            else TestRun([], error=errors.get(p.id, "expected values unknown"))
+            for i, (p, _) in enumerate(items)
         ]
 
     def run(self, puzzle: Puzzle, code: str) -> TestRun:

@@ -14,6 +14,9 @@ const CHARTS = [
    series: [["truncation_rate", "hit the token limit", "#f4a261"]]},
   {title: "Zero-variance groups (no signal)", min: 0, max: 1, percent: true,
    series: [["zero_var_frac", "groups with equal rewards", "#8a94a6"]]},
+  // only for runs that had a puzzle the scorer could not score (its episodes got reward 0, no loss)
+  {title: "Episodes not scored (puzzle errors)", min: 0, when: d => d.history.some(r => r.errored > 0),
+   series: [["errored", "error verdicts", "#d1495b"]]},
   {title: "KL to the reference", min: 0, empty: "not computed (grpo.beta = 0)",
    series: [["kl", "kl (k3)", "#d1495b"]]},
   {title: "Entropy", min: 0, series: [["entropy", "mean token entropy", "#6a4c93"]]},
@@ -160,6 +163,7 @@ function drawTiles(d) {
   const [rewardNote, rewardClass] = change("reward_mean");
   const [solveNote, solveClass] = change("solve_rate");
   const peak = Math.max(...h.map(r => r.peak_memory_gb).filter(num));
+  const errored = h.filter(r => r.errored > 0);
   replace(box,
     tile("step", last.step + (d.total_steps ? " / " + d.total_steps : ""), left ? "about " + duration(left * stepMean) + " left" : ""),
     tile("reward mean", fmt(last.reward_mean), rewardNote, rewardClass),
@@ -170,6 +174,8 @@ function drawTiles(d) {
       : tile("kl", fmt(last.kl), "entropy " + fmt(last.entropy)),
     tile("step time", duration(stepMean), "mean of " + steps.length + "; sampling " + pct(mean(h.map(r => r.sample_s).filter(num)) / stepMean)),
     tile("peak memory", isFinite(peak) ? fmt(peak) + " GB" : "–", "MLX peak, largest step"),
+    errored.length ? tile("not scored", String(last.errored), errored.length + " step(s) had error verdicts, " +
+                          errored.reduce((a, r) => a + r.errored, 0) + " episodes in all", "down") : null,
     tile("alarms", String(d.alarms.length), d.alarms.length ? "latest: " + d.alarms[d.alarms.length - 1].name : "none tripped",
          d.alarms.length ? "down" : ""));
 }
@@ -202,7 +208,7 @@ function hideTooltip() { if (tooltip) tooltip.style.display = "none"; }
 
 function drawCharts(d) {
   const box = document.getElementById("charts");
-  replace(box, CHARTS.map(spec => {
+  replace(box, CHARTS.filter(spec => !spec.when || spec.when(d)).map(spec => {
     const card = el("div", {class: "card chart"});
     box.appendChild(card);  // measured below
     drawChart(card, spec, d);
@@ -387,7 +393,8 @@ function drawStepSelect(d) {
   const latest = steps.length ? steps[steps.length - 1].step : null;
   replace(select, el("option", {value: "", text: "latest" + (latest !== null ? " (step " + latest + ")" : "")}),
           steps.slice().reverse().map(s => el("option", {value: String(s.step),
-            text: "step " + s.step + " \u00B7 " + s.solved + "/" + s.completions + " solved"})));
+            text: "step " + s.step + " \u00B7 " + s.solved + "/" + s.completions + " solved" +
+                  (s.errored ? " \u00B7 " + s.errored + " not scored" : "")})));
   select.value = state.step === null ? "" : String(state.step);
 }
 
@@ -421,7 +428,7 @@ function puzzleCard(p, step) {
   const detail = el("div");
   const chips = el("div", {class: "chips"}, p.rollouts.map((r, i) => el("button", {
     type: "button", class: "chip " + (r.solved ? "ok" : "bad") + (i === state.selected[id] ? " sel" : ""),
-    title: (r.solved ? "solved" : "not solved") + (r.truncated ? ", truncated" : ""),
+    title: (r.error ? "not scored (puzzle error)" : r.solved ? "solved" : "not solved") + (r.truncated ? ", truncated" : ""),
     onclick: () => { state.selected[id] = i; chips.querySelectorAll(".chip").forEach((c, j) => c.classList.toggle("sel", j === i));
                      replace(detail, rolloutDetail(p, p.rollouts[i])); }},
     "#" + (i + 1) + " " + (r.solved ? "\u2713" : "\u2717") + (r.reward !== 0 && r.reward !== 1 ? " " + fmt(r.reward, 2) : ""),
@@ -464,7 +471,10 @@ function rolloutDetail(p, r) {
       el("pre", {text: t.completion || "(empty)"}),
       el("h4", {text: "feedback shown"}), el("pre", {class: "feedback", text: t.feedback || "(none)"}))),
     el("h4", {text: "answer " + r.turns.length + " (last)"})) : null;
-  return [earlier, el("div", {class: "detail"}, left, right), el("div", {class: "tests"}, tests)].filter(Boolean);
+  // an error verdict: the puzzle could not be scored, so the answer got reward 0 without being judged
+  const error = r.error ? el("div", {class: "error-verdict"}, el("h4", {text: "not scored: the puzzle could not be scored"}),
+                             el("pre", {text: r.error})) : null;
+  return [error, earlier, el("div", {class: "detail"}, left, right), el("div", {class: "tests"}, tests)].filter(Boolean);
 }
 
 function drawConfig(d) {
