@@ -1,6 +1,6 @@
 # Shared by the experiment scripts (learn.sh, transfer.sh), sourced after they set `out` (where
 # runs and evaluations go), `quiet` and `config`, and define `set_args SET` (prints the eval
-# arguments that choose the set's puzzles and K).
+# arguments that choose the set's puzzles and K); `model` (default smollm2-135m) is the model evaluated.
 
 # evaluate NAME ADAPTER SET...: avg@K on each set into $out/eval-NAME-SET.json (kept when it
 # exists), paired with the base model's evaluation of the same set.
@@ -11,7 +11,7 @@ evaluate() {
     file=$out/eval-$name-$set.json
     [ -f "$file" ] && continue
     read -r -a extra <<< "$(set_args "$set")"
-    args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 --out "$file" "${extra[@]}")
+    args=(--model "${model:-smollm2-135m}" --max-tokens 192 --batch-size 64 --seed 0 --out "$file" "${extra[@]}")
     [ "$adapter" = none ] || args+=(--adapter "$adapter")
     [ "$name" = base ] || args+=(--baseline "$out/eval-base-$set.json")
     mlx-swe-rl eval "${args[@]}"

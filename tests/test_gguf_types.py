@@ -205,3 +205,19 @@ def test_a_decoder_that_disagrees_with_the_reference_refuses_the_import(tmp_path
     assert "\n" not in message
     assert "blk.0.attn_q.weight (Q4_K) decodes wrongly" in message and "max error" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_header_dir_from_the_first_part_alone(tmp_path):
+    from mlx_lm.utils import load_tokenizer
+
+    from mlx_swe_rl.models.gguf import write_header_dir
+
+    _tiny_qwen2(tmp_path / "m.gguf", {"token_embd": T.Q4_K})
+    data = (tmp_path / "m.gguf").read_bytes()
+    (tmp_path / "part01").write_bytes(data[: len(data) // 3])  # the header and a little data
+    out = write_header_dir(tmp_path / "part01", tmp_path / "header")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "qwen2" and cfg["num_hidden_layers"] == 2 and cfg["vocab_size"] == 260
+    assert not list(out.glob("*.safetensors"))
+    tok = load_tokenizer(out)
+    assert tok.encode(" h<|im_end|>") == [tok.convert_tokens_to_ids("Ġh"), tok.eos_token_id]

