@@ -126,10 +126,14 @@ def world(tmp_path_factory):
     thread.start()
     old_home = os.environ.get("HOME")
     os.environ["HOME"] = str(home)  # workers inherit it: the candidate's `~`
+    scorers: dict[str, Scorer] = {}  # one per mode, shared by the attacks: workers take a while to start
     try:
         yield {"base": base, "puzzle": load_puzzle(puzzle_file), "home": home, "deletable": deletable,
-               "tcp": tcp.getsockname()[1], "udp": udp.getsockname()[1], "received": received}
+               "tcp": tcp.getsockname()[1], "udp": udp.getsockname()[1], "received": received,
+               "scorers": scorers}
     finally:
+        for scorer in scorers.values():
+            scorer.close()
         if old_home is None:
             os.environ.pop("HOME", None)
         else:
@@ -212,10 +216,14 @@ def attacks(world: dict) -> dict[str, str]:
 
 
 def _score(world: dict, code: str, mode: str) -> float:
-    with Scorer(workers=1, limits=LIMITS, confinement=mode) as scorer:
-        env = CodeFixEnv([world["puzzle"]], scorer)
-        reply = "```python\n" + textwrap.dedent(code).strip() + "\n```"
-        return env.score([(world["puzzle"].id, reply)])[0][0]
+    """The reward for `code` on the world's puzzle, scored under confinement `mode`. Each
+    candidate runs in a fresh child of the mode's worker, so the attacks stay apart."""
+    scorers = world["scorers"]
+    if mode not in scorers:
+        scorers[mode] = Scorer(workers=1, limits=LIMITS, confinement=mode)
+    env = CodeFixEnv([world["puzzle"]], scorers[mode])
+    reply = "```python\n" + textwrap.dedent(code).strip() + "\n```"
+    return env.score([(world["puzzle"].id, reply)])[0][0]
 
 
 def _leftovers(world: dict) -> list[str]:
