@@ -1,6 +1,7 @@
 """Collect a learning experiment into docs/results/NAME.json, a figure and the Markdown table
 README "Results" shows: issue 14's (scripts/learn.sh, `--experiment learn`) or the issue
-"Learning that transfers" (scripts/transfer.sh, `--experiment transfer`).
+"Learning that transfers" (scripts/transfer.sh, `--experiment transfer`), or Qwen2.5-Coder-0.5B's
+GRPO runs (scripts/qwen05.sh, `--experiment qwen05`).
 
 Every change is paired over the same puzzles: after training minus the base model (each run), and
 between two runs where the experiment names such a pair (on-policy minus frozen sampler, same seed
@@ -61,6 +62,14 @@ EXPERIMENTS = {
               "heldout": "held-out functions (136 forged, 2 of each of 68)",
               "bundled": "bundled hand-written puzzles (54)"},
         set_files={s: Path(f"outputs/transfer/{s}.json") for s in ("train", "valid", "heldout")},
+        breakdown={"heldout": "family", "bundled": "tier"}),
+    "qwen05": Experiment(
+        script="scripts/qwen05.sh",
+        runs_dir=Path("outputs/qwen05-runs"),
+        runs=("s0", "s1"),
+        sets={"heldout": "the transfer experiment's held-out functions (136 forged, 2 of each of 68)",
+              "bundled": "bundled hand-written puzzles (54)"},
+        set_files={"heldout": Path("outputs/transfer/heldout.json")},
         breakdown={"heldout": "family", "bundled": "tier"}),
 }
 CURVES = ("reward_mean", "entropy", "completion_len", "truncation_rate", "zero_var_frac", "step_s")
@@ -251,8 +260,9 @@ def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str |
     experiment = EXPERIMENTS[experiment_name]
     runs_dir = runs_dir or experiment.runs_dir
     name = name or experiment_name
-    if not (runs_dir / "eval-base-train.json").is_file():
-        sys.exit(f"{runs_dir}: no eval-base-train.json: run {experiment.script} first")
+    first = next(iter(experiment.sets))
+    if not (runs_dir / f"eval-base-{first}.json").is_file():
+        sys.exit(f"{runs_dir}: no eval-base-{first}.json: run {experiment.script} first")
     result = collect(runs_dir, experiment)
     result["first_block"] = first_block_rates(runs_dir, experiment)
     result["answer_kinds"] = answer_kinds(runs_dir, experiment)

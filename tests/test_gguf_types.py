@@ -41,10 +41,14 @@ def random_rows(qtype: T, rows: int, cols: int, seed: int = 0) -> np.ndarray:
 
 
 def write_tensors(path: Path, tensors: dict[str, tuple[T, np.ndarray]], arch: str = "test",
-                  metadata: dict | None = None) -> None:
+                  metadata: dict | None = None, arrays: dict | None = None) -> None:
+    """A GGUF of raw tensors; `metadata` maps keys to (value, GGUFValueType[, item type]),
+    `arrays` keys to lists whose item type the writer infers."""
     writer = gguf.GGUFWriter(str(path), arch)
     for key, value in (metadata or {}).items():
         writer.add_key_value(key, *value)
+    for key, values in (arrays or {}).items():
+        writer.add_array(key, values)
     for name, (qtype, raw) in tensors.items():
         writer.add_tensor(name, raw, raw_dtype=qtype)
     writer.write_header_to_file()
@@ -142,20 +146,9 @@ def _tiny_qwen2(path: Path, types: dict[str, T]) -> dict[str, np.ndarray]:
           "qwen2.feed_forward_length": (ffn, U32), "qwen2.context_length": (256, U32),
           "qwen2.attention.layer_norm_rms_epsilon": (1e-6, F32), "qwen2.rope.freq_base": (1e6, F32),
           "tokenizer.ggml.model": ("gpt2", S), "tokenizer.ggml.pre": ("qwen2", S),
-          "tokenizer.ggml.eos_token_id": (V - 1, U32)}
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    for key, (value, kind) in md.items():
-        writer.add_key_value(key, value, kind)
-    writer.add_array("tokenizer.ggml.tokens", tokens)
-    writer.add_array("tokenizer.ggml.merges", ["Ġ h"])
-    writer.add_key_value("tokenizer.ggml.token_type", [1] * (V - 3) + [3] * 3, gguf.GGUFValueType.ARRAY,
-                         sub_type=I32)
-    for name, (qtype, raw) in tensors.items():
-        writer.add_tensor(name, raw, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+          "tokenizer.ggml.eos_token_id": (V - 1, U32),
+          "tokenizer.ggml.token_type": ([1] * (V - 3) + [3] * 3, gguf.GGUFValueType.ARRAY, I32)}
+    write_tensors(path, tensors, "qwen2", md, {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": ["Ġ h"]})
     return reference
 
 
