@@ -41,8 +41,9 @@ Imports (per candidate, `worker.py`): the whole standard library, as in a plain 
 but for the modules for the network, other processes and foreign code (`worker.REFUSED`:
 socket, ssl, subprocess, multiprocessing, ctypes, asyncio, urllib.request, http.client, ...),
 whose import raises "ImportError: sandbox: module 'socket' is refused here (no network)".
-Each worker imports the rest once at start (about 0.3 s, 45 MB shared copy-on-write by its
-children) so that extension modules work in a child that may not read their shared libraries.
+Each worker imports the rest once at start (0.3-0.5 s on 2 cores, 40 MB shared copy-on-write
+by its children) so that extension modules work in a child that may not read their shared
+libraries, and every module in a child whose uid may not read the standard library.
 docs/sandbox-stdlib.md lists what imports where (`scripts/stdlib_probe.py`).
 """
 
