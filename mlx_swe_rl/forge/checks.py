@@ -1,7 +1,7 @@
 """`puzzles check`: every puzzle's buggy code fails, its oracle passes, verdicts are stable,
 and every run stays within its time budget.
 
-A puzzle with two tests or more must also hold under multi-turn repair's split (env.feedback,
+A puzzle with two tests or more must also hold under multi-turn repair's split (puzzles.split,
 by default one public test): its public tests, run alone with their set-up, pass with the
 oracle, and the buggy code fails a hidden test, so that with the reward on the hidden tests the
 oracle scores 1 and the buggy code 0. The forge and the miner make their puzzles hold
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..env.feedback import TestSplit, public_view
+from ..puzzles.split import TestSplit, public_view
 from ..puzzles.format import Puzzle, defines, normal_form
 from ..sandbox.scorer import Scorer, TestRun
 from ..sandbox.verdict import PASSED, TIMEOUT
