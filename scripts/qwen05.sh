@@ -5,7 +5,9 @@
 # kept, a stopped run resumes from its last checkpoint.
 #   RUNS   which runs, in order (default: s0 s1)
 #   OUT    where runs and evaluations go (default outputs/qwen05-runs)
-#   K      samples per puzzle of the held-out and bundled evaluations (default 2)
+#   K      samples per puzzle of the held-out and bundled evaluations (default 1: greedy)
+#   FORGED how many of the transfer experiment's forged training puzzles join the candidates (default 12)
+#   STEPS  training steps per run (default: configs/qwen05.yaml's)
 # Then: python scripts/learn_report.py --experiment qwen05 --runs "$OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ quiet=${QUIET:+--quiet}
 pool=outputs/qwen05/pool
 if [ ! -d "$pool" ]; then
   mkdir -p "$pool.tmp"
-  python - "$pool.tmp" <<'PY'
+  python - "$pool.tmp" "${FORGED:-12}" <<'PY'
 import json, shutil, sys
 from pathlib import Path
 from mlx_swe_rl.puzzles.format import load_puzzles
@@ -32,7 +34,7 @@ for p in load_puzzles(tiers=["medium", "hard"], split="train"):
     (out / p.tier).mkdir(exist_ok=True)
     shutil.copy(p.path, out / p.tier / p.path.name)
 forged = json.loads(Path("outputs/transfer/train.json").read_text())
-wanted = set(forged["puzzles"])
+wanted = set(forged["puzzles"][::4][:int(sys.argv[2])])  # one puzzle per function (the file lists 4 each)
 for p in load_puzzles(Path(forged["puzzle_dir"])):
     if p.id in wanted:
         (out / p.tier).mkdir(exist_ok=True)
@@ -43,7 +45,7 @@ fi
 [ -f outputs/qwen05/train.json ] || mlx-swe-rl rollouts --model "$model" --puzzles "$pool" -G 8 --temperature 0.8 \
   --max-tokens 192 --batch-size 64 --rounds 4 --out outputs/qwen05/calibration.json --write-train-set outputs/qwen05/train.json
 
-k=${K:-2}
+k=${K:-1}
 set_args() {
   case $1 in
     train) echo --puzzles outputs/qwen05/train.json -K 4 ;;
@@ -57,8 +59,8 @@ config=configs/qwen05.yaml
 evaluate base none heldout bundled
 for name in ${RUNS:-s0 s1}; do
   case $name in
-    s0) train "$name" seed=0 ;;
-    s1) train "$name" seed=1 ;;
+    s0) train "$name" seed=0 ${STEPS:+train.steps=$STEPS} ;;
+    s1) train "$name" seed=1 ${STEPS:+train.steps=$STEPS} ;;
     *) echo "qwen05.sh: unknown run '$name'" >&2; exit 2 ;;
   esac
   evaluate "$name" "$out/$name" heldout bundled
