@@ -60,11 +60,12 @@ def qwen2_tokenizer(tiny_model):
     return TokenizerWrapper(tok, eos_token_ids=tokenizer.eos_token_ids)
 
 
-@pytest.mark.parametrize("which", ["smollm2", "qwen2", "tiny"])
+@pytest.mark.parametrize("which", ["smollm2", "qwen2", "qwen_real", "tiny"])
 @pytest.mark.parametrize("eos", [True, False])  # ended on EOS, or on a stop rule / the limit
 def test_accumulated_ids_equal_the_rendered_conversation(request, which, eos, tiny_model):
     tokenizer = {"smollm2": lambda: request.getfixturevalue("smollm2_tokenizer"),
                  "qwen2": lambda: request.getfixturevalue("qwen2_tokenizer"),
+                 "qwen_real": lambda: request.getfixturevalue("qwen_tokenizer"),  # conftest: Qwen2.5-Coder's own
                  "tiny": lambda: tiny_model[1]}[which]()
     frame = ChatFrame.of(tokenizer)
     (end,) = tokenizer.eos_token_ids

@@ -1,7 +1,8 @@
 """The real Qwen2.5-Coder tokenizer and chat template through the parts that depend on them:
 multi-turn bridges, the answer-end stop, answer extraction and the memory preflight. The
 tokenizer comes from the GGUF metadata of the built-in model's first part (conftest), so no
-weights are needed."""
+weights are needed. Its multi-turn ids are checked beside the other tokenizers' in
+tests/test_multi_turn.py."""
 
 from __future__ import annotations
 
@@ -9,14 +10,9 @@ import pytest
 
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.env.prompts import AnswerEnd, answer_closed, extract_code
-from mlx_swe_rl.models.chat import ChatFrame, encode_text, rendered_ids
+from mlx_swe_rl.models.chat import ChatFrame, encode_text
 from mlx_swe_rl.models.sampling import encode_chat
 from mlx_swe_rl.puzzles.format import load_puzzles
-
-ANSWER = "def add(a, b):\n    return a + b"
-REPLY = (f"The bug is the operator.\n```python\n{ANSWER}\n```\n\nThis works because addition is what the "
-         "function names.\n```python\ndef add(a, b):\n    return b + a\n```\n")
-
 
 def test_qwen_template_is_the_im_start_framing(qwen_tokenizer):
     frame = ChatFrame.of(qwen_tokenizer)
@@ -28,20 +24,6 @@ def test_qwen_template_is_the_im_start_framing(qwen_tokenizer):
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
     special = {qwen_tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
     assert special <= set(ids)  # framing tokens are single special ids, not BPE pieces
-
-
-@pytest.mark.parametrize("eos", [True, False])
-def test_multi_turn_ids_equal_the_rendered_conversation(qwen_tokenizer, eos):
-    frame = ChatFrame.of(qwen_tokenizer)
-    (end,) = qwen_tokenizer.eos_token_ids
-    messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix add."}]
-    ids = encode_chat(qwen_tokenizer, messages)
-    for answer, feedback in [(REPLY, "The code failed this test:\nassert add(1, 2) == 3\nfailed: got -1"),
-                             ("```python\n" + ANSWER + "\n```", "The tests failed.")]:
-        ids += encode_text(qwen_tokenizer, answer) + ([end] if eos else [])
-        ids += frame.bridge(qwen_tokenizer, feedback, ended_with_eos=eos)
-        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": feedback}]
-        assert ids == rendered_ids(qwen_tokenizer, messages)
 
 
 def _first_stop(tokenizer, ids: list[int], rule: AnswerEnd) -> int | None:
