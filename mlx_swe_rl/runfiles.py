@@ -1,7 +1,9 @@
-"""Files a run writes: atomic JSON, and the metadata that says what produced a result.
+"""Files a run writes: atomic JSON, the run directory's JSON-lines logs, and the metadata that
+says what produced a result.
 
 The lowest layer of the package (with `blas`): data, rl, reports and the command line all
-write through these, so none of them needs to import another's module for it.
+read and write through these, so none of them needs to import another's module for it, and
+`history.jsonl` / `rollouts.jsonl` are parsed in one place (`read_jsonl`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,47 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+HISTORY = "history.jsonl"  # one record per training step, appended as the step ends
+ROLLOUTS = "rollouts.jsonl"  # one line per scored completion, tagged with its step
+
+
+class RunFileError(FileNotFoundError):
+    """A run directory lacks the file a reader needs; the message is one line for the user."""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file, in order (blank lines skipped)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def read_history(run_dir: Path, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The step records of the run in `run_dir`, in order. A run without history.jsonl (one
+    that has not finished a step) is an error, or no records with `missing_ok`."""
+    path = Path(run_dir) / HISTORY
+    if not path.is_file():
+        if missing_ok:
+            return []
+        raise RunFileError(f"{path}: no history (is this a run directory?)")
+    return read_jsonl(path)
+
+
+def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append records to a JSON-lines file, one line each (one write, so a reader tailing the
+    file sees whole lines)."""
+    if records:
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(record) + "\n" for record in records))
+
+
+def truncate_after_step(path: Path, last_step: int) -> None:
+    """Drop the records of a step log written after step `last_step` (the checkpoint a run
+    resumes from); a missing file stays missing."""
+    if not Path(path).exists():
+        return
+    keep = [record for record in read_jsonl(path) if record.get("step", 0) <= last_step]
+    Path(path).write_text("".join(json.dumps(record) + "\n" for record in keep))
 
 
 def run_metadata(model_spec: str, adapter: Path | None, dtype: str) -> dict[str, Any]:

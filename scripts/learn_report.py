@@ -25,7 +25,8 @@ import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX; matplotlib is imp
 from mlx_swe_rl.env.rewards import ANSWER_KINDS, Completion, answer_kind
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.puzzles.trainset import load_train_set
-from mlx_swe_rl.reports.figures import read_history, smooth
+from mlx_swe_rl.reports.figures import smooth
+from mlx_swe_rl.runfiles import read_history
 from mlx_swe_rl.rl.stats import compare_reports, paired_change
 from mlx_swe_rl.runfiles import write_json_atomic
 
@@ -111,7 +112,7 @@ def collect(runs_dir: Path, experiment: Experiment) -> dict[str, Any]:
                                  "max_tokens": report["settings"]["max_tokens"]}
             result["levels"]["base"][s] = overall(report)
     for run in experiment.runs:
-        history = read_history(runs_dir / run) if (runs_dir / run / "history.jsonl").is_file() else []
+        history = read_history(runs_dir / run, missing_ok=True)
         evaluations = {s: load(runs_dir / f"eval-{run}-{s}.json") for s in experiment.sets}
         if not history and not any(evaluations.values()):
             continue

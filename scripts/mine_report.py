@@ -20,7 +20,7 @@ import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
 from mlx_swe_rl.env.rewards import Completion, progress_reward
 from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles
 from mlx_swe_rl.rl.stats import paired_change
-from mlx_swe_rl.runfiles import write_json_atomic
+from mlx_swe_rl.runfiles import read_history, write_json_atomic
 
 
 def per_task(report: dict[str, Any], puzzles: dict[str, Puzzle]) -> dict[str, dict[str, float]]:
@@ -59,9 +59,8 @@ def main(mined: Path, runs: Path, out_dir: Path) -> None:
     result: dict[str, Any] = {"repository": {k: v for k, v in summary["repository"].items() if k != "path"},
                               "funnel": summary["funnel"], "tasks": summary["tasks"], "timing": summary["timing"],
                               "before": {k: sum(v.values()) / len(v) for k, v in per_task(before, puzzles).items() if v}}
-    history = runs / "mined" / "history.jsonl"
-    if history.is_file():
-        steps = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+    steps = read_history(runs / "mined", missing_ok=True)
+    if steps:
         result["training"] = {"steps": len(steps), "reward_mean": [s["reward_mean"] for s in steps],
                               "completion_len": [s["completion_len"] for s in steps],
                               "step_s": sum(s["step_s"] for s in steps) / len(steps),

@@ -50,11 +50,13 @@ train multi-turn configs/multi_turn.yaml ${MT_STEPS:+train.steps=$MT_STEPS}
 # continuing scripts/learn.sh's seed-0 run (the same config and seed) when it is there
 [ -d "$out/single-turn" ] || [ ! -f "${LEARN:-outputs/learn}/onpolicy-s0/history.jsonl" ] || \
   cp -r "${LEARN:-outputs/learn}/onpolicy-s0" "$out/single-turn"
-tokens=$(python -c "import json,sys; print(sum(json.loads(l)['completion_len'] * 40 for l in open('$out/multi-turn/history.jsonl')))")
+# sampled tokens of a run: 5 puzzles x G = 8 episodes per step
+sampled() { python -c "from mlx_swe_rl.runfiles import read_history; print(sum(h['completion_len'] * 40 for h in read_history('$1')))"; }
+tokens=$(sampled "$out/multi-turn")
 steps=16
 while :; do
   train single-turn configs/learn.yaml train.steps=$steps
-  have=$(python -c "import json; print(sum(json.loads(l)['completion_len'] * 40 for l in open('$out/single-turn/history.jsonl')))")
+  have=$(sampled "$out/single-turn")
   python -c "import sys; sys.exit(0 if $have >= $tokens else 1)" && break
   steps=$((steps + 2))
 done

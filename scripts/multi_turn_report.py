@@ -19,7 +19,7 @@ import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
 from mlx_swe_rl.rl.stats import paired_change
-from mlx_swe_rl.runfiles import write_json_atomic
+from mlx_swe_rl.runfiles import read_history, write_json_atomic
 
 RUNS = ("base", "multi-turn", "single-turn")
 SETS = ("train", "heldout")
@@ -41,10 +41,9 @@ def best_of(report: dict[str, Any]) -> dict[str, float]:
 
 
 def training(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "history.jsonl"
-    if not path.is_file():
+    history = read_history(run_dir, missing_ok=True)
+    if not history:
         return None
-    history = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     n = 40  # 5 puzzles x G = 8 episodes per step
     return {"steps": len(history), "sampled_tokens": round(sum(h["completion_len"] * n for h in history)),
             "answers_per_episode": sum(h.get("turns", 1) for h in history) / len(history),

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
-from mlx_swe_rl.runfiles import write_json_atomic
+from mlx_swe_rl.runfiles import read_history, write_json_atomic
 
 CURVES = ("completion_len", "truncation_rate", "reward_mean", "step_s", "peak_memory_gb")
 
@@ -26,7 +26,7 @@ def run_entry(run: Path) -> dict[str, Any]:
     after = json.loads((run / "eval-after.json").read_text())
     if "change_vs_before" not in after:
         raise click.ClickException(f"{run / 'eval-after.json'}: no change_vs_before (no eval-before.json?)")
-    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+    history = read_history(run)
     entry: dict[str, Any] = {"change_vs_before": after["change_vs_before"], "settings": after.get("settings", {}),
                              **{key: [h[key] for h in history] for key in CURVES}}
     calibration = run / "calibration.json"

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from mlx_swe_rl.reports import figures
+from mlx_swe_rl.runfiles import read_history
 from mlx_swe_rl.cli.app import main
 
 DATA = Path(__file__).parent / "data" / "figures"
@@ -37,7 +38,7 @@ def test_every_figure_renders_from_files(run_dir, tmp_path):
     assert names == {"training_curve", "before_after", "puzzle_changes", "rollouts"}
     for path in written:
         assert_image(path)
-    comparison = figures.comparison({"a": figures.read_history(run_dir), "b": figures.read_history(run_dir)[:3]},
+    comparison = figures.comparison({"a": read_history(run_dir), "b": read_history(run_dir)[:3]},
                                     out / "comparison", figures.label("m", "c"))
     for path in comparison:
         assert_image(path)
@@ -58,7 +59,7 @@ def test_training_curve_plots_the_recorded_values(run_dir, tmp_path, monkeypatch
         return seen[key]
 
     monkeypatch.setattr(figures, "_series", spy)
-    figures.training_curve(figures.read_history(run_dir), tmp_path / "curve", "footer")
+    figures.training_curve(read_history(run_dir), tmp_path / "curve", "footer")
     assert seen["reward_mean"] == ([1, 2, 3, 4, 5], [0.25, 0.375, 0.5, 0.5, 0.625])
     assert seen["kl"][1] == [0.0, 0.001, 0.002, 0.004, 0.003]
     assert figures.smooth([0.0, 1.0], 0.5) == [0.0, 0.5]

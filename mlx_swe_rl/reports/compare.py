@@ -109,7 +109,8 @@ def _add_wall_time(run_dir: Path, seconds: float) -> None:
 
 def summarize_variant(cfg: Config) -> dict[str, Any]:
     """Final greedy pass rates, regressions, wall time and peak memory of one finished run."""
-    from .figures import puzzle_changes, read_history
+    from ..runfiles import read_history
+    from .figures import puzzle_changes
 
     history = read_history(cfg.run_dir)
     row: dict[str, Any] = {"steps": len(history),
@@ -136,7 +137,8 @@ def summarize_variant(cfg: Config) -> dict[str, Any]:
 
 def write_summary(comparison: Comparison) -> dict[str, Any]:
     from .figures import comparison as comparison_figure
-    from .figures import label, read_history
+    from ..runfiles import read_history
+    from .figures import label
 
     root = comparison.output_dir / comparison.name
     rows = {v: summarize_variant(variant_config(comparison, v)) for v in comparison.variants}

@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..runfiles import HISTORY, read_history
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
@@ -19,14 +21,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 CATEGORY_COLOURS = {"all-solved": "#2a9d8f", "mixed": "#e9c46a", "all-failed": "#e76f51"}
 TIER_ORDER = ("easy", "medium", "hard")
-
-
-def read_history(run_dir: Path) -> list[dict[str, Any]]:
-    """The step records of a run, in order."""
-    path = Path(run_dir) / "history.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no history (is this a run directory?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -52,7 +46,7 @@ def run_label(run_dir: Path) -> str:
 
     cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) if (Path(run_dir) / "config.yaml").is_file() else {}
     model = (cfg.get("model") or {}).get("spec", "?")
-    stamp = datetime.fromtimestamp((Path(run_dir) / "history.jsonl").stat().st_mtime).strftime("%Y-%m-%d")
+    stamp = datetime.fromtimestamp((Path(run_dir) / HISTORY).stat().st_mtime).strftime("%Y-%m-%d")
     return label(model, f"{Path(run_dir).name}/config.yaml", stamp)
 
 

@@ -43,7 +43,8 @@ from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
                      save_adapters)
 from ..puzzles.format import Puzzle
-from ..runfiles import run_metadata, write_json_atomic
+from ..runfiles import (HISTORY, ROLLOUTS, append_jsonl, read_history, run_metadata, truncate_after_step,
+                         write_json_atomic)
 from .rollouts import RolloutBatch, collect_rollouts
 from .selection import SelectionError, check_settings, select_training_puzzles
 from .stats import compare_reports, format_changes
@@ -382,20 +383,6 @@ def load_checkpoint(checkpoint: Path, policy: Policy, optimizer: optim.Optimizer
     return json.loads((checkpoint / "state.json").read_text())["step"]
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def truncate_history(path: Path, last_step: int) -> None:
-    """Drop history lines written after the checkpoint a run resumes from."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= last_step]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
 # Keys that may change on resume: where the run lives, how many sandbox workers, how long it
 # runs and how it is evaluated. Everything else shapes the weights.
 RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
@@ -509,11 +496,11 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         if resume and main:
             if checkpoint is not None:
                 start_step = load_checkpoint(checkpoint, policy, optimizer)
-            for name in ("history.jsonl", "rollouts.jsonl"):
-                truncate_history(run_dir / name, start_step)
+            for name in (HISTORY, ROLLOUTS):
+                truncate_after_step(run_dir / name, start_step)
             log(f"resuming {run_dir} after step {start_step}" if checkpoint is not None else
                 f"no checkpoint in {run_dir} yet: restarting it from step 0")
-        seen = read_history(run_dir / "history.jsonl") if main and start_step else []  # for the alarms
+        seen = read_history(run_dir, missing_ok=True) if main and start_step else []  # for the alarms
         start_step = sync_ranks(policy, optimizer, start_step)
 
         def run_eval(name: str, label: str) -> dict[str, Any] | None:
@@ -553,9 +540,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                 sound_alarms(seen, policy, run_dir, log)
             result.history.append(record)
             if main:
-                append_jsonl(run_dir / "history.jsonl", record)
-                for line in (line for group in groups for line in group):
-                    append_jsonl(run_dir / "rollouts.jsonl", line)
+                append_jsonl(run_dir / HISTORY, [record])
+                append_jsonl(run_dir / ROLLOUTS, [line for group in groups for line in group])
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps:
                     save_checkpoint(run_dir, policy, optimizer, step)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
@@ -586,7 +572,7 @@ def open_run_dir(run_dir: Path, cfg: Config, resume: bool) -> Path | None:
         if not (run_dir / "config.yaml").is_file():
             raise TrainingError(f"--resume: no run in {run_dir} (no config.yaml, no checkpoint)")
         check_resumable(run_dir, cfg)
-    elif checkpoint is not None or (run_dir / "history.jsonl").exists():
+    elif checkpoint is not None or (run_dir / HISTORY).exists():
         raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
@@ -603,13 +589,6 @@ def check_before_loading(cfg: Config, puzzles: list[Puzzle], eval_set: list[Puzz
             memory.preflight(cfg, puzzles, eval_set, log)
     except (SelectionError, memory.MemoryCheckError) as exc:
         raise TrainingError(str(exc)) from None
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """The records of history.jsonl (none when it does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def sound_alarms(history: list[dict[str, Any]], policy: Policy, run_dir: Path, log: Callable[[str], None]) -> None:
