@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mlx_swe_rl"
 # The data flow, bottom to top. Subpackages of equal rank must not import each other.
 LAYERS = {
     "blas": 0,  # loads OpenBLAS before anything imports mlx.core
-    "runfiles": 1,
+    "runfiles": 1, "stopping": 1,
     "puzzles": 2,
     "sandbox": 3,
     "forge": 4, "env": 4,

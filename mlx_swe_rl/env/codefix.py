@@ -10,6 +10,7 @@ from typing import Any
 from . import formats
 from .feedback import TestSplit, feedback_message, public_view
 from ..puzzles.format import Puzzle
+from ..stopping import StopRule
 from .rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, NEEDS_TESTS, Completion, combine,
                       exact_match, validate_weights)
 from ..sandbox.scorer import Scorer, TestRun
@@ -70,9 +71,8 @@ class CodeFixEnv:
         """The chat messages for any puzzle of this environment."""
         return self.format.messages(self.puzzles[puzzle_id])
 
-    def stop_rule(self, puzzle_id: str) -> object:
-        """Where the sampler may end a completion for this puzzle: once its answer is complete
-        (a `models.sampling.StopRule`)."""
+    def stop_rule(self, puzzle_id: str) -> StopRule | None:
+        """Where the sampler may end a completion for this puzzle: once its answer is complete."""
         return self.format.stop_rule(self.puzzles[puzzle_id])
 
     def step(self, completion: str) -> tuple[float, dict[str, Any]]:

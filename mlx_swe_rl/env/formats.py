@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..puzzles.format import Puzzle
+from ..stopping import StopRule
 from . import prompts, search_replace
 
 
 @dataclass(frozen=True)
 class StopStrings:
-    """A stop rule (`models.sampling.StopRule`): the answer ends once its text contains one of
+    """A stop rule (`stopping.StopRule`): the answer ends once its text contains one of
     `strings` (kept in the completion)."""
 
     strings: tuple[str, ...]
@@ -39,7 +40,7 @@ class AnswerFormat:
     name: str
     messages: Callable[[Puzzle], list[dict[str, str]]]
     extract: Callable[[str, Puzzle], tuple[str | None, str | None]]
-    stop_rule: Callable[[Puzzle], object]
+    stop_rule: Callable[[Puzzle], StopRule | None]
 
 
 def _function_code(response: str, puzzle: Puzzle) -> tuple[str | None, str | None]:

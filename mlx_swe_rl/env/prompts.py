@@ -64,7 +64,7 @@ def answer_closed(text: str, entry_point: str) -> bool:
 
 @dataclass(frozen=True)
 class AnswerEnd:
-    """The sampler's stop rule (`models.sampling.StopRule`) for the function answer format: a
+    """The sampler's stop rule (`stopping.StopRule`) for the function answer format: a
     completion ends with the fence line that closes its first python block defining
     `entry_point`. An earlier block that does not define it (a quoted fragment, a shell
     command) does not end it. `extract_code` then takes that block: it is the last one."""

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
+
+from ..stopping import StopRule
 
 EOS, STOP, LENGTH = "eos", "stop", "length"  # how a completion ended
 
@@ -49,20 +51,6 @@ class Sample:
     def truncated(self) -> bool:
         """Cut off by the token limit (a completion that ended on EOS or a stop rule was not)."""
         return self.finish == LENGTH
-
-
-class StopRule(Protocol):
-    """When a completion is finished before EOS, judged on its decoded text.
-
-    `done(text)` is asked only after a token whose own text holds one of the `triggers`
-    characters (the token that completes a match always holds the match's last character), so
-    the text is decoded a few times per completion, not at every step. The rules themselves
-    belong to the answer formats (`env.formats`: the function format's closing fence,
-    SWE-RL's `</solution>`, plain stop strings)."""
-
-    triggers: str
-
-    def done(self, text: str) -> bool: ...
 
 
 @dataclass

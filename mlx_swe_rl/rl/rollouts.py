@@ -17,6 +17,7 @@ from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
 from ..models.chat import ChatFrame, render
 from ..models.sampling import EOS, Sample, SampleStats, encode_chat, sample
+from ..stopping import StopRule
 
 ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 
@@ -266,7 +267,7 @@ def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> li
     return [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
 
 
-def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[Any] | None:
+def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[StopRule | None] | None:
     """The sampler's stop rule of each puzzle, or None to let completions run to EOS or the limit."""
     return [env.stop_rule(p.id) for p in puzzles] if stop_after_answer else None
 
