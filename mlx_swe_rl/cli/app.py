@@ -130,33 +130,47 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
               help="Only the newest N commits (for a quick look).")
 @click.option("--since", default=None, help="Only commits after this date (anything `git log --since` takes).")
 @click.option("--no-tests", is_flag=True, help="Do not turn doctest examples into tests (no sandbox needed).")
+@click.option("--no-repo-tests", is_flag=True,
+              help="Do not run the repository's own tests (FAIL_TO_PASS from each commit's test changes).")
+@click.option("--snapshots", type=click.Path(path_type=Path), default=None,
+              help="Cache of commit snapshots the repository tests run in [default: .REPO-snapshots beside REPO].")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs of each side (fix, bug put back) of a FAIL_TO_PASS candidate; differing verdicts are flaky.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier mined set in --out.")
 @sandbox_options
 def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max_commits: int | None,
-                 since: str | None, no_tests: bool, overwrite: bool, sandbox: dict) -> None:
+                 since: str | None, no_tests: bool, no_repo_tests: bool, snapshots: Path | None, repeats: int,
+                 overwrite: bool, sandbox: dict) -> None:
     """Mine bug-fix tasks from the git history of REPO: commits that change one function in
     one non-test .py file, the function before as buggy code and after as the oracle, the
     commit message as the description; doctest examples become tests where they can."""
     from tqdm.auto import tqdm
 
     from ..forge import history
-    from ..forge.mine import (MineError, MineSettings, attach_tests, build_puzzles, collect, format_funnel,
-                              test_candidates, write_mined)
+    from ..forge.mine import (MineError, MineSettings, attach_repo_tests, attach_tests, build_puzzles, collect,
+                              format_funnel, test_candidates, write_mined)
 
     if not history.is_repository(repo):
         fail(f"{repo}: not a git repository")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         fail(f"--out: {out} is not empty; pass --overwrite to replace a mined set")
-    settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests)
+    settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests, not no_repo_tests,
+                            str(snapshots) if snapshots else None, repeats)
     try:
         total = history.count_commits(repo, max_commits, since) if history.head(repo) else 0
         with tqdm(desc="mine", unit="commit", total=total) as bar:
             mined = collect(repo, settings, progress=bar.update)
     except (MineError, history.GitError) as exc:
         fail(str(exc))
-    if settings.tests and any(test_candidates(c) for c in mined.changes):
+    doctests = settings.tests and any(test_candidates(c) for c in mined.changes)
+    repo_tests = settings.repo_tests and any(c.test_files for c in mined.changes)
+    if doctests or repo_tests:
         with open_scorer(**sandbox) as scorer:
-            attach_tests(mined, scorer)
+            if doctests:
+                attach_tests(mined, scorer)
+            if repo_tests:
+                with tqdm(desc="repository tests", unit="task", total=len(mined.changes)) as bar:
+                    attach_repo_tests(mined, scorer, progress=bar.update)
             puzzles = build_puzzles(mined, scorer)
     else:
         puzzles = build_puzzles(mined)

@@ -47,13 +47,18 @@ class Commit:
     files: tuple[FileChange, ...]  # empty for merges (git log shows them no diff)
 
 
-def git(repo: Path, *args: str) -> str:
-    """Run one git command in `repo` and return its standard output."""
+def git_bytes(repo: Path, *args: str) -> bytes:
+    """Run one git command in `repo` and return its standard output as bytes (`git archive`)."""
     proc = subprocess.run(["git", *GIT_CONFIG, "-C", str(repo), *args], capture_output=True)
     if proc.returncode != 0:
         message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise GitError(message[0] if message else f"git {args[0]} failed with status {proc.returncode}")
-    return proc.stdout.decode("utf-8", "replace")
+    return proc.stdout
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run one git command in `repo` and return its standard output."""
+    return git_bytes(repo, *args).decode("utf-8", "replace")
 
 
 def is_repository(path: Path) -> bool:

@@ -48,6 +48,8 @@ from .checks import check_puzzles, keep_split_sound
 from .doctests import docstring_of, doctest_tests, free_names, module_imports, needed_imports
 from .licence import is_licence_file, licence_id
 from .puzzleset import write_puzzle_set
+from .repotests import REASONS as REPO_REASONS, RepoTestFunnel, find_repo_tests
+from ..puzzles.repotests import RepoTests
 from .units import Module, parse_module
 
 REASONS = ("merge", "bot", "revert", "no_python", "tests_only", "file_added_deleted", "several_files", "too_large",
@@ -73,6 +75,9 @@ class MineSettings:
     max_commits: int | None = None  # only the newest N commits (for a quick look)
     since: str | None = None  # only commits after this date (anything `git log --since` takes)
     tests: bool = True  # turn doctest examples into tests (needs the sandbox)
+    repo_tests: bool = True  # FAIL_TO_PASS tests from the commit's own test changes (`repotests`; needs the sandbox)
+    snapshots: str | None = None  # where commit snapshots are cached (default: beside the repository)
+    repeats: int = 3  # runs of each side of a FAIL_TO_PASS candidate; differing verdicts are flaky
 
 
 @dataclass
@@ -91,6 +96,7 @@ class Change:
     imports: tuple[list[str], dict[str, str]] = ([], {})  # the module's future lines and allowed imports
     prefix: str = ""  # the import lines carried into the code (only when tests are attached)
     tests: tuple[str, ...] = ()
+    repo: RepoTests | None = None  # the repository tests that verify it (FAIL_TO_PASS)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class Mined:
     commits: int = 0
     python_commits: int = 0  # commits that change any .py file
     test_counts: Counter = field(default_factory=Counter)  # candidates / attached / rejected
+    repo_funnel: RepoTestFunnel | None = None  # why changes got no FAIL_TO_PASS tests
     seconds: float = 0.0
 
 
@@ -330,6 +337,24 @@ def attach_tests(mined: Mined, scorer: Scorer) -> None:
     mined.seconds += time.monotonic() - start
 
 
+def snapshot_dir(mined: Mined) -> Path:
+    """Where the commits' snapshots are cached: `settings.snapshots`, else beside the repository."""
+    if mined.settings.snapshots:
+        return Path(mined.settings.snapshots).resolve()
+    return mined.repo.resolve().parent / f".{mined.repo.resolve().name}-snapshots"
+
+
+def attach_repo_tests(mined: Mined, scorer: Scorer, progress: Callable[[int], None] | None = None) -> None:
+    """Give each change whose commit changed tests the FAIL_TO_PASS tests that verify it
+    (`repotests.find_repo_tests`); counts why the others got none in `mined.repo_funnel`."""
+    start = time.monotonic()
+    found, mined.repo_funnel = find_repo_tests(mined.repo, mined.changes, scorer.sandbox, snapshot_dir(mined),
+                                               repeats=mined.settings.repeats, progress=progress)
+    for i, tests in found.items():
+        mined.changes[i] = replace(mined.changes[i], repo=tests)
+    mined.seconds += time.monotonic() - start
+
+
 def split(changes: list[Change], heldout_frac: float) -> list[str]:
     """The split of each change (oldest first): the newest `heldout_frac` held out, and every
     change of a function that also changed on the other side of that cut."""
@@ -358,9 +383,13 @@ def build_puzzles(mined: Mined, scorer: Scorer | None = None) -> list[Puzzle]:
             source["licence"] = mined.licence
         if change.test_files:
             source["test_files"] = " ".join(change.test_files)
+        prefix, tests = change.prefix, change.tests
+        if change.repo is not None:  # the repository's tests judge it: the function alone, as it sits in its file
+            prefix, tests = "", change.repo.tests()
+            source.update(change.repo.source_fields())
         puzzles.append(Puzzle(pid, tier, which, change.name, change.description,
-                              _with_prefix(change.prefix, change.buggy), _with_prefix(change.prefix, change.oracle),
-                              change.tests, source=source))
+                              _with_prefix(prefix, change.buggy), _with_prefix(prefix, change.oracle),
+                              tests, source=source))
     if scorer is not None and any(p.tests for p in puzzles):
         puzzles = keep_split_sound(puzzles, scorer)
     return puzzles
@@ -379,6 +408,7 @@ def summary(mined: Mined, puzzles: list[Puzzle]) -> dict[str, Any]:
         "tasks": {
             "total": len(puzzles),
             "with_tests": sum(bool(p.tests) for p in puzzles),
+            "with_repo_tests": sum(c.repo is not None for c in mined.changes),
             "without_tests": sum(not p.tests for p in puzzles),
             "doctest_candidates": mined.test_counts["candidates"],
             "doctest_rejected": mined.test_counts["rejected"],
@@ -390,6 +420,7 @@ def summary(mined: Mined, puzzles: list[Puzzle]) -> dict[str, Any]:
             "heldout_functions": len({(c.path, c.qualname) for c, p in zip(mined.changes, puzzles)
                                       if p.split == "heldout"}),
         },
+        "repo_tests": mined.repo_funnel.as_dict() if mined.repo_funnel else None,
         "timing": {"seconds": round(mined.seconds, 2),
                    "commits_per_second": round(mined.commits / mined.seconds, 1) if mined.seconds else None},
     }
@@ -408,7 +439,9 @@ def mine(repo: Path, settings: MineSettings = MineSettings(), scorer: Scorer | N
     mined = collect(repo, settings, progress)
     if settings.tests and scorer is not None:
         attach_tests(mined, scorer)
-    return mined, build_puzzles(mined, scorer if settings.tests else None)
+    if settings.repo_tests and scorer is not None:
+        attach_repo_tests(mined, scorer)
+    return mined, build_puzzles(mined, scorer if settings.tests or settings.repo_tests else None)
 
 
 def format_funnel(data: dict[str, Any]) -> str:
@@ -429,4 +462,10 @@ def format_funnel(data: dict[str, Any]) -> str:
                  f"({t['doctest_candidates']} tried, {t['doctest_rejected']} rejected), {t['without_tests']} without; "
                  f"{t['train']} train, {t['heldout']} heldout ({t['heldout_newest']} newest, "
                  f"{t['heldout_same_function']} sharing a function with them)")
+    repo = data.get("repo_tests")
+    if repo:
+        dropped = ", ".join(f"{r} {repo[r]}" for r in REPO_REASONS)
+        missing = ", ".join(f"{m} ({n})" for m, n in repo["missing_modules"].items()) or "none"
+        lines.append(f"repository tests: {repo['kept']} FAIL_TO_PASS tasks of {repo['candidates']} candidates "
+                     f"(dropped: {dropped}); missing modules: {missing}")
     return "\n".join(lines)

@@ -131,6 +131,18 @@ class ConfinementError(RuntimeError):
         super().__init__(unconfined_message(confinement))
 
 
+def pytest_site() -> list[str]:
+    """The directories a confined pytest run must read: where pytest and its plugins live."""
+    import pytest
+    import pluggy
+    return sorted({os.path.dirname(os.path.dirname(os.path.realpath(m.__file__))) for m in (pytest, pluggy)})
+
+
+def pytest_job(snapshot: str, files: dict[str, str], tests: list[str]) -> dict:
+    """The worker's job that runs pytest ids in a confined copy of `snapshot` (`Sandbox.run_pytest`)."""
+    return {"kind": "pytest", "snapshot": snapshot, "files": files, "tests": tests, "site": pytest_site()}
+
+
 class _Worker:
     """One fork-server process; serves one job at a time."""
 
@@ -224,15 +236,32 @@ class Sandbox:
 
     def run(self, code: str, tests: list[list[list[str]]], limits: Limits | None = None) -> Execution:
         """Execute `code`, then each test (a list of ["exec", src] / ["probe", expr] steps)."""
+        return self.run_job({"code": code, "tests": tests}, limits)
+
+    def run_job(self, job: dict, limits: Limits | None = None) -> Execution:
+        """Run one job of any kind the worker serves (see worker.child_main) on a free worker."""
         worker = self._free.get()
         try:
-            return worker.run({"code": code, "tests": tests}, limits or self.limits)
+            return worker.run(job, limits or self.limits)
         finally:
             self._free.put(worker)
+
+    def run_pytest(self, snapshot: str, files: dict[str, str], tests: list[str],
+                   limits: Limits | None = None) -> Execution:
+        """Run pytest test ids in a confined copy of `snapshot` (a directory of a commit's
+        files) with `files` (relative path -> text) written over it. Each test's outcome is
+        `run.tests[i]["values"][0]` ("passed", "failed", ...). The outcomes come from the
+        child that ran the candidate's code, so unlike `run`'s values they are not
+        unforgeable: the confinement, not the verdict, is the boundary here."""
+        return self.run_job(pytest_job(snapshot, files, tests), limits)
 
     def run_many(self, jobs: list[tuple[str, list, Limits | None]]) -> list[Execution]:
         """Run (code, tests, limits) jobs in parallel across the workers."""
         return list(self._pool.map(lambda job: self.run(*job), jobs))
+
+    def run_jobs(self, jobs: list[tuple[dict, Limits | None]]) -> list[Execution]:
+        """Run (job, limits) pairs of any kind in parallel across the workers."""
+        return list(self._pool.map(lambda job: self.run_job(*job), jobs))
 
     def close(self) -> None:
         with self._lock:

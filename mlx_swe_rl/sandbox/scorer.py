@@ -14,10 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..puzzles.format import Puzzle, PuzzleError
-from .pool import Limits, Sandbox
+from ..puzzles.repotests import node_id, repo_tests, splice
+from .pool import Execution, Limits, Sandbox, pytest_job
 from .verdict import Expectation, TestResult, judge, oracle_expectations
+
+REPO_TIMEOUT = 30.0  # seconds for a repository-test run without its own timeout (pytest starts in ~0.3 s)
+REPO_MEMORY_MB = 2048
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,21 @@ def _key(puzzle: Puzzle) -> tuple:
     return puzzle.id, puzzle.oracle, puzzle.tests
 
 
+def repo_verdict(puzzle: Puzzle, run: Execution | None) -> TestRun:
+    """Per-test results of a pytest run: passed only when pytest reports the id passed (a
+    missing run, code that does not fit the file, or a run cut short fail every test)."""
+    results = []
+    for index, test in enumerate(puzzle.tests):
+        line = run.tests.get(index) if run is not None and run.done else None
+        outcome = str(line["values"][0]) if line and line.get("values") else "failed"
+        status = "passed" if outcome == "passed" else ("timeout" if run is not None and run.stop == "timeout"
+                                                       else "failed")
+        results.append(TestResult(index, status, "" if status == "passed" else f"{node_id(test)}: {outcome}"))
+    if run is None:
+        return TestRun(results, "the code does not replace the task's function")
+    return TestRun(results, run.output, run.seconds)
+
+
 class Scorer:
     """Scores code for puzzles in a pool of sandbox workers.
 
@@ -78,7 +98,7 @@ class Scorer:
         """Run the oracle (with the expected-value probes) of each puzzle not seen yet and
         cache the expected values of those whose oracle passes its own tests. Returns
         {puzzle id: (problems, oracle seconds)} for the puzzles it ran."""
-        todo = list({_key(p): p for p in puzzles if _key(p) not in self._expected}.values())
+        todo = list({_key(p): p for p in puzzles if _key(p) not in self._expected and repo_tests(p) is None}.values())
         if not todo:
             return {}
         with self._lock:
@@ -116,15 +136,39 @@ class Scorer:
         """Score (puzzle, code) pairs in parallel; results in input order. An item whose puzzle
         cannot be scored gets an error run (`errors`), the others their verdicts."""
         errors = self.errors([p for p, _ in items])
-        good = [i for i, (p, _) in enumerate(items) if _key(p) in self._expected]
-        jobs = [(code, [plan.candidate_steps for plan in p.plans], self.limits_for(p))
+        repo = {i: self._repo_job(p, code) for i, (p, code) in enumerate(items) if repo_tests(p) is not None}
+        good = [i for i, (p, _) in enumerate(items) if _key(p) in self._expected and i not in repo]
+        jobs = [({"code": code, "tests": [plan.candidate_steps for plan in p.plans]}, self.limits_for(p))
                 for p, code in (items[i] for i in good)]
-        runs = dict(zip(good, self.sandbox.run_many(jobs)))
-        return [
-            TestRun(judge(runs[i], self._expected[_key(p)]), runs[i].output, runs[i].seconds) if i in runs
-            else TestRun([], error=errors.get(p.id, "expected values unknown"))
-            for i, (p, _) in enumerate(items)
-        ]
+        jobs += [job for job in repo.values() if job[0] is not None]
+        ran = [i for i in good] + [i for i, job in repo.items() if job[0] is not None]
+        runs = dict(zip(ran, self.sandbox.run_jobs(jobs)))
+        out = []
+        for i, (p, _) in enumerate(items):
+            if i in repo:
+                out.append(repo_verdict(p, runs.get(i)))
+            elif i in runs:
+                out.append(TestRun(judge(runs[i], self._expected[_key(p)]), runs[i].output, runs[i].seconds))
+            else:
+                out.append(TestRun([], error=errors.get(p.id, "expected values unknown")))
+        return out
+
+    def _repo_job(self, puzzle: Puzzle, code: str) -> tuple[dict | None, Limits]:
+        """The pytest job of a repository-test task: the candidate's function spliced into the
+        fixed file of the snapshot (only that file: a candidate cannot edit a test), the task's
+        own test ids (a public view's only the public ones). No job when the code does not fit."""
+        tests = repo_tests(puzzle)
+        limits = replace(self.limits, timeout=puzzle.timeout or REPO_TIMEOUT,
+                         memory_mb=max(self.limits.memory_mb, REPO_MEMORY_MB))
+        try:
+            fixed = (Path(tests.snapshot) / tests.path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PuzzleError(f"{puzzle.path or puzzle.id}: snapshot: {exc.strerror}: {tests.snapshot}") from None
+        text = splice(fixed, tests.qualname, code)
+        if text is None:
+            return None, limits
+        ids = [node_id(t) or "" for t in puzzle.tests]
+        return pytest_job(tests.snapshot, {tests.path: text}, ids), limits
 
     def run(self, puzzle: Puzzle, code: str) -> TestRun:
         return self.run_many([(puzzle, code)])[0]

@@ -315,8 +315,12 @@ def child_main(job, workdir, result_w, jail=None):
     _set_limit(resource.RLIMIT_NOFILE, 64)
     if sys.platform.startswith("linux"):
         _set_limit(resource.RLIMIT_AS, job["memory_mb"] << 20)
+    plan = PLAN
+    if job.get("kind") == "pytest":  # trusted set-up, before confinement: no candidate code has run
+        prepare_repository(job, workdir)
+        plan = dict(PLAN, read=sorted(set(PLAN["read"]) | set(job["site"])))
     try:  # before the uid drop: a root worker's mounts need root; the rest survives setuid
-        confine.apply(PLAN, workdir, jail)
+        confine.apply(plan, workdir, jail)
     except Exception as exc:  # fail closed: no candidate code runs unconfined by accident
         emit({"load_error": f"sandbox: confinement failed: {exc}"})
         emit({"done": True})
@@ -331,8 +335,74 @@ def child_main(job, workdir, result_w, jail=None):
         # RLIMIT_NPROC counts every process of the user, so allow what already runs plus a few
         _set_limit(resource.RLIMIT_NPROC, _count_processes_of(os.getuid()) + job["max_procs"])
     refuse_imports()
-    run_candidate(job["code"], job["tests"])
+    if job.get("kind") == "pytest":
+        run_pytest(job, os.path.join(workdir, REPO_DIR))
+    else:
+        run_candidate(job["code"], job["tests"])
     _exit(0)
+
+
+# ----------------------------------------------------------------------------- repository tests
+REPO_DIR = "repo"
+PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "exceptiongroup", "tomli")
+
+
+def prepare_repository(job, workdir):
+    """Copy the snapshot (a commit's files, no .git) into the job's work directory, write the
+    candidate's files over it and import pytest, all before confinement: the confined child
+    then reads only its own copy and the interpreter's libraries, and a candidate that edits a
+    test file or the snapshot changes nothing outside this job."""
+    repo = os.path.join(workdir, REPO_DIR)
+    shutil.copytree(job["snapshot"], repo, symlinks=True)
+    for rel, text in job["files"].items():
+        target = os.path.normpath(os.path.join(repo, rel))
+        if not target.startswith(repo + os.sep):
+            continue  # a path outside the copy is never written
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    uid = job.get("uid")
+    if uid is not None:
+        for base, dirs, files in os.walk(repo):
+            for name in [base] + [os.path.join(base, n) for n in dirs + files]:
+                os.lchown(name, uid, uid)
+    sys.path[:0] = [p for p in job["site"] if p not in sys.path]
+    # All of pytest, its lazily imported modules included: a root worker's dropped uid may not
+    # read a pyenv under /root once it runs the tests.
+    for name in PYTEST_MODULES:
+        _import_tree(name)
+
+
+def run_pytest(job, repo):
+    """Run the chosen test ids with pytest in the copy and emit one line per id: its outcome
+    ("passed", "failed", "skipped", "error" or "missing" when pytest never ran it)."""
+    import pytest
+    os.chdir(repo)
+    sys.path[:0] = [p for p in (os.path.join(repo, "src"), repo) if os.path.isdir(p)]
+    outcomes = {}
+
+    class Collector:
+        def pytest_runtest_logreport(self, report):
+            previous = outcomes.get(report.nodeid)
+            if report.failed:
+                outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
+            elif report.skipped and previous is None:
+                outcomes[report.nodeid] = "skipped"
+            elif report.when == "call" and report.passed and previous is None:
+                outcomes[report.nodeid] = "passed"
+
+    ids = list(job["tests"])
+    try:
+        pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", repo, *ids],
+                    plugins=[Collector()])
+    except BaseException as exc:
+        emit({"load_error": describe(exc)})
+    for index, nodeid in enumerate(ids):
+        outcome = outcomes.get(nodeid, "missing")
+        line = {"test": index, "values": [outcome]}
+        if outcome != "passed":
+            line["error"] = f"{nodeid}: {outcome}"
+        emit(line)
+    emit({"done": True})
 
 
 # ---------------------------------------------------------------------------- server side
