@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from mlx.utils import tree_flatten
 
+import mlx_swe_rl.rl.rundir as rundir
 import mlx_swe_rl.rl.trainer as trainer_module
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
@@ -313,18 +314,18 @@ def test_a_run_saved_before_a_key_existed_resumes_with_its_default(tmp_path):
     value, still refuses."""
     import yaml
     cfg = load_config(None, ["train.steps=4"])
-    old = trainer_module.to_dict(cfg)
+    old = rundir.to_dict(cfg)
     del old["multi_turn"], old["puzzles"]["select"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
-    trainer_module.check_resumable(tmp_path, load_config(None, ["train.steps=8"]))
+    rundir.check_resumable(tmp_path, load_config(None, ["train.steps=8"]))
     with pytest.raises(TrainingError, match="'optim'"):
-        trainer_module.check_resumable(tmp_path, load_config(None, ["optim.lr=0.5"]))
+        rundir.check_resumable(tmp_path, load_config(None, ["optim.lr=0.5"]))
     with pytest.raises(TrainingError, match="'multi_turn'"):
-        trainer_module.check_resumable(tmp_path, load_config(None, ["multi_turn.max_turns=2"]))
+        rundir.check_resumable(tmp_path, load_config(None, ["multi_turn.max_turns=2"]))
     old["grpo"]["retired_key"] = 1
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     with pytest.raises(TrainingError, match="grpo.retired_key: unknown key"):
-        trainer_module.check_resumable(tmp_path, cfg)
+        rundir.check_resumable(tmp_path, cfg)
 
 
 # ------------------------------------------------------------------------------ 5. NaN guard

@@ -52,7 +52,7 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
 def estimate_only(cfg, title: str) -> None:
     """--dry-run: the memory estimate of the run's phases, and whether it fits (exit 1 if not)."""
     from ..rl.memory import dry_run
-    from ..rl.trainer import eval_puzzles, training_puzzles
+    from ..rl.rundir import eval_puzzles, training_puzzles
 
     puzzles = training_puzzles(cfg)
     dry_run(cfg, puzzles, eval_puzzles(cfg, puzzles), title, click.echo)

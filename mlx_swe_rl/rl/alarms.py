@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .config import AlarmConfig
+from .config import AlarmConfig, Config
 
 Record = dict[str, Any]
 EvalPoint = tuple[int, float]  # (step, pass@1 over every evaluated puzzle); step 0 = eval-before
@@ -215,3 +215,19 @@ def line_fit(values: Sequence[float]) -> tuple[float, float]:
     mean_x, mean_y = (n - 1) / 2, sum(values) / n
     slope = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sum((i - mean_x) ** 2 for i in range(n))
     return slope, mean_y + slope * (n - 1 - mean_x)
+
+
+def sound_alarms(history: list[dict[str, Any]], model: Any, cfg: Config, run_dir: Path,
+                 log: Callable[[str], None]) -> None:
+    """After a step (the last record of `history`): the one-time LoRA B check after the first
+    update, then every alarm that trips for the first time, logged and added to the record."""
+    record = history[-1]
+    if record["loss_completions"] and not any("lora_b_zero" in h for h in history):
+        zero = lora_b_all_zero(model)
+        if zero is not None:
+            record["lora_b_zero"] = zero
+    tripped = new_alarms(history, eval_points(run_dir, record["step"]), cfg.alarms, cfg.sampling.max_tokens)
+    if tripped:
+        record["alarms"] = as_records(tripped)
+    for alarm in tripped:
+        log(alarm.line(record["step"]))

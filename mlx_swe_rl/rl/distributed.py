@@ -264,3 +264,18 @@ def _waiting(what: str, enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _watchdog.disarm()
+
+
+def sync_ranks(model: Any, optimizer: Any, start_step: int) -> int:
+    """Data-parallel: every rank takes rank 0's start step, trainable weights and (when resuming)
+    optimizer state, so the ranks agree and hosts without the run directory can resume."""
+    if size() == 1:
+        return start_step
+    start_step = int(broadcast({"step": start_step})["step"])
+    model.update(broadcast_tree(model.trainable_parameters(), "the broadcast of the weights"))
+    if start_step > 0:
+        if not is_main():
+            optimizer.init(model.trainable_parameters())
+        optimizer.state = broadcast_tree(optimizer.state, "the broadcast of the optimizer state")
+    mx.eval(model.parameters(), optimizer.state)
+    return start_step

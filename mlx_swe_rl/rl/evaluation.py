@@ -14,12 +14,14 @@ import math
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
 from .rollouts import Rollout, collect_rollouts
-from .stats import bootstrap_ci
+from .config import Config
+from ..runfiles import run_metadata, write_json_atomic
+from .stats import bootstrap_ci, compare_reports, format_changes
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -88,6 +90,36 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
         **report_extra,
         "puzzles": rows,
     }
+
+
+def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], cfg: Config, name: str,
+                 label: str, progress: bool, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """A training run's evaluation `name` (before, step-N, after), written to eval-NAME.json in
+    the run directory with the settings of `cfg.train`. Rank 0 evaluates (and logs); the other
+    ranks wait for it, without a time limit. After training, the paired change from the
+    'before' evaluation goes with it."""
+    from . import distributed as dist
+
+    report = None
+    if dist.is_main():
+        run_dir = cfg.run_dir
+        model.eval()
+        samples = cfg.train.eval_samples
+        report = evaluate(model, tokenizer, env, puzzles, samples=samples,
+                          temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
+                          max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
+                          batch_size=cfg.sampling.batch_size, stop_after_answer=cfg.sampling.stop_after_answer,
+                          turns=cfg.train.eval_turns or cfg.multi_turn.max_turns, progress=progress)
+        report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
+        before_path = run_dir / "eval-before.json"
+        if name == "after" and before_path.is_file():
+            report["change_vs_before"] = compare_reports(json.loads(before_path.read_text()), report)
+        write_json_atomic(run_dir / f"eval-{name}.json", report)
+        log(_eval_line(label, report))
+        if "change_vs_before" in report:
+            log(format_changes(report["change_vs_before"], "change from before training (paired, 95% CI):"))
+    dist.barrier(f"rank 0's evaluation '{name}'", timeout=False)
+    return report
 
 
 def turn_totals(episodes: list[Rollout], turns: int) -> dict[str, Any]:
@@ -238,3 +270,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"\n{timing['generated_tokens']} tokens in {timing['sampling_seconds']:.1f}s sampling "
                  f"({timing['tokens_per_second']:.1f} tok/s), {timing['seconds']:.1f}s in all")
     return "\n".join(lines)
+
+
+def _eval_line(name: str, report: dict[str, Any]) -> str:
+    parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"]
+             if t.get("tier", "all") != "all"]
+    samples = report["settings"]["samples"]
+    return f"{'greedy' if samples == 1 else f'avg@{samples}'} eval {name}: " + ", ".join(parts)

@@ -94,7 +94,7 @@ def check_puzzles(cfg: Config, count: int) -> list[Puzzle]:
     in order, so the first few would all be one tier's)."""
     from ..puzzles.format import PuzzleError
     from ..puzzles.trainset import TrainSetError
-    from .trainer import eval_puzzles, training_puzzles
+    from .rundir import eval_puzzles, training_puzzles
 
     try:
         every = eval_puzzles(cfg, training_puzzles(cfg))

@@ -1,5 +1,5 @@
 """The on-policy GRPO loop: sample from the policy being trained, score, compute group
-advantages, update; with checkpoints, resume and a run directory that records everything.
+advantages, update; the run directory it records everything in is rundir.py's.
 
 One step, top to bottom (`run_step`):
   1. take the step's puzzles (a seeded permutation per epoch, so resume keeps the order);
@@ -19,10 +19,7 @@ update one process would; rank 0 alone writes the run directory and evaluates.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,28 +29,22 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
-import yaml
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_map
 
-from . import alarms, memory
+from . import alarms
 from . import distributed as dist
-from .config import AlarmConfig, Config, ConfigError, load_config, to_dict
+from .config import Config
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import (GroupBatch, adapters_off, frozen_reference, group_log_probs, load_trainable, prepare_policy,
-                     save_adapters)
+from .policy import GroupBatch, adapters_off, frozen_reference, group_log_probs, prepare_policy
 from ..puzzles.format import Puzzle
-from ..runfiles import (HISTORY, ROLLOUTS, append_jsonl, read_history, run_metadata, truncate_after_step,
-                         write_json_atomic)
+from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history
 from .rollouts import RolloutBatch, collect_rollouts
-from .selection import SelectionError, check_settings, select_training_puzzles
-from .stats import compare_reports, format_changes
+from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
+                     training_puzzles)
+from .selection import SelectionError, select_training_puzzles
 from ..models import fastmath
 from ..models.sampling import SampleStats
-
-
-class TrainingError(RuntimeError):
-    """A run that cannot start or continue; the message is one line for the user."""
 
 
 # --- data order --------------------------------------------------------------------------------
@@ -339,77 +330,6 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     return record, rollouts
 
 
-# --- run directory, checkpoints, resume --------------------------------------------------------
-
-CHECKPOINT, CHECKPOINT_NEW, CHECKPOINT_OLD = "checkpoint", "checkpoint-new", "checkpoint-old"
-
-
-def save_checkpoint(run_dir: Path, policy: Policy, optimizer: optim.Optimizer, step: int) -> None:
-    """Write weights, optimizer state and the step counter; the swap of directories makes the
-    checkpoint appear all at once (a crash leaves the previous one intact)."""
-    new, current, old = run_dir / CHECKPOINT_NEW, run_dir / CHECKPOINT, run_dir / CHECKPOINT_OLD
-    shutil.rmtree(new, ignore_errors=True)
-    save_adapters(policy.model, policy.config.finetune, new)
-    # Arrays only: a scheduled learning rate is a plain float until the first update.
-    state = {k: v for k, v in tree_flatten(optimizer.state) if isinstance(v, mx.array)}
-    mx.save_safetensors(str(new / "optimizer.safetensors"), state)
-    (new / "state.json").write_text(json.dumps({"step": step, "seed": policy.config.seed,
-                                                "rng": "per-step seeds derived from (seed, step)"}))
-    shutil.rmtree(old, ignore_errors=True)
-    if current.exists():
-        current.rename(old)
-    new.rename(current)
-    shutil.rmtree(old, ignore_errors=True)
-    # The run directory itself is an mlx-lm adapter path (`--adapter-path RUN_DIR`).
-    for name in ("adapters.safetensors", "adapter_config.json"):
-        tmp = run_dir / (name + ".tmp")
-        shutil.copyfile(current / name, tmp)
-        tmp.replace(run_dir / name)
-
-
-def find_checkpoint(run_dir: Path) -> Path | None:
-    for name in (CHECKPOINT, CHECKPOINT_OLD):
-        if (run_dir / name / "state.json").is_file():
-            return run_dir / name
-    return None
-
-
-def load_checkpoint(checkpoint: Path, policy: Policy, optimizer: optim.Optimizer) -> int:
-    load_trainable(policy.model, checkpoint)
-    optimizer.init(policy.model.trainable_parameters())
-    saved = mx.load(str(checkpoint / "optimizer.safetensors"))
-    optimizer.state = tree_unflatten(list({**dict(tree_flatten(optimizer.state)), **saved}.items()))
-    mx.eval(policy.model.parameters(), optimizer.state)
-    return json.loads((checkpoint / "state.json").read_text())["step"]
-
-
-# Keys that may change on resume: where the run lives, how many sandbox workers, how long it
-# runs and how it is evaluated. Everything else shapes the weights.
-RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
-               "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples", "train.eval_set",
-               "train.memory_check", *(f"alarms.{f.name}" for f in dataclasses.fields(AlarmConfig))}
-
-
-def check_resumable(run_dir: Path, cfg: Config) -> None:
-    """The saved config must match the current one, except for the RESUME_FREE keys. The saved
-    config is read like any config, so a key it lacks (written before that key existed) counts as
-    its default, which keeps the behaviour it had then."""
-    try:
-        saved = to_dict(load_config(run_dir / "config.yaml"))
-    except ConfigError as exc:
-        raise TrainingError(f"--resume: {exc}") from None
-
-    def shaping(section: str, value: Any) -> Any:
-        """The part of a section that shapes the weights (None: the whole section may change)."""
-        if isinstance(value, dict):
-            return {k: v for k, v in value.items() if f"{section}.{k}" not in RESUME_FREE}
-        return None if section in RESUME_FREE else value
-
-    for section, value in to_dict(cfg).items():
-        if shaping(section, saved[section]) != shaping(section, value):
-            raise TrainingError(f"--resume: config differs from {run_dir / 'config.yaml'} in '{section}'")
-
-
 # --- the whole run -----------------------------------------------------------------------------
 
 @dataclass
@@ -418,31 +338,6 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     eval_before: dict[str, Any] | None = None
     eval_after: dict[str, Any] | None = None
-
-
-def training_puzzles(cfg: Config) -> list[Puzzle]:
-    from ..puzzles.format import load_puzzles
-    from ..puzzles.trainset import load_train_set
-
-    p = cfg.puzzles
-    if p.train_set is not None:
-        return load_train_set(Path(p.train_set), p.tiers, p.split)
-    return load_puzzles(Path(p.dir) if p.dir else None, p.tiers, p.split)
-
-
-def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:
-    """The puzzles of `train.eval_set`, or the train and held-out puzzles of the evaluated
-    tiers (default: the tiers trained on)."""
-    from ..puzzles.format import load_puzzles
-    from ..puzzles.trainset import load_train_set, source_directory
-
-    if cfg.train.eval_set:
-        chosen = {p.id: p for path in cfg.train.eval_set for p in load_train_set(Path(path))}
-        return list(chosen.values())
-    directory = source_directory(Path(cfg.puzzles.train_set)) if cfg.puzzles.train_set else \
-        (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
-    tiers = cfg.train.eval_tiers or sorted({p.tier for p in train})
-    return load_puzzles(directory, tiers, "all")
 
 
 def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any = None,
@@ -458,7 +353,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
     ranks return the same history.
     """
-    from .evaluation import evaluate
+    from .evaluation import evaluate_run
     from ..sandbox.scorer import Scorer
 
     main = dist.is_main()
@@ -494,42 +389,13 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             puzzles = select_training_puzzles(cfg, initial, policy.tokenizer, env, puzzles, run_dir, reuse=resume,
                                               may_calibrate=checkpoint is None, progress=progress, log=log)
         if resume and main:
-            if checkpoint is not None:
-                start_step = load_checkpoint(checkpoint, policy, optimizer)
-            for name in (HISTORY, ROLLOUTS):
-                truncate_after_step(run_dir / name, start_step)
-            log(f"resuming {run_dir} after step {start_step}" if checkpoint is not None else
-                f"no checkpoint in {run_dir} yet: restarting it from step 0")
+            start_step = resume_from(run_dir, checkpoint, policy.model, optimizer, log)
         seen = read_history(run_dir, missing_ok=True) if main and start_step else []  # for the alarms
-        start_step = sync_ranks(policy, optimizer, start_step)
+        start_step = dist.sync_ranks(policy.model, optimizer, start_step)
 
-        def run_eval(name: str, label: str) -> dict[str, Any] | None:
-            """Rank 0 evaluates (and logs); the other ranks wait for it, without a time limit.
-            After training, the paired change from the 'before' evaluation goes with it."""
-            report = None
-            if main:
-                policy.model.eval()
-                samples = cfg.train.eval_samples
-                report = evaluate(policy.model, policy.tokenizer, eval_env, eval_set, samples=samples,
-                                  temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
-                                  max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
-                                  batch_size=cfg.sampling.batch_size,
-                                  stop_after_answer=cfg.sampling.stop_after_answer, turns=eval_turns,
-                                  progress=progress)
-                report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name},
-                          **report}
-                before_path = run_dir / "eval-before.json"
-                if name == "after" and before_path.is_file():
-                    report["change_vs_before"] = compare_reports(json.loads(before_path.read_text()), report)
-                write_json_atomic(run_dir / f"eval-{name}.json", report)
-                log(_eval_line(label, report))
-                if "change_vs_before" in report:
-                    log(format_changes(report["change_vs_before"], "change from before training (paired, 95% CI):"))
-            dist.barrier(f"rank 0's evaluation '{name}'", timeout=False)
-            return report
-
+        evaluated = (policy.model, policy.tokenizer, eval_env, eval_set, cfg)
         if cfg.train.final_eval and start_step == 0 and eval_set:
-            result.eval_before = run_eval("before", "before")
+            result.eval_before = evaluate_run(*evaluated, "before", "before", progress, log)
         bar = _step_bar(cfg.train.steps, start_step) if progress else None
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
@@ -537,15 +403,15 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             groups = dist.unshard([[{"step": step, **r.summary()} for r in group] for group in rollouts.groups])
             if main:
                 seen.append(record)
-                sound_alarms(seen, policy, run_dir, log)
+                alarms.sound_alarms(seen, policy.model, cfg, run_dir, log)
             result.history.append(record)
             if main:
                 append_jsonl(run_dir / HISTORY, [record])
                 append_jsonl(run_dir / ROLLOUTS, [line for group in groups for line in group])
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps:
-                    save_checkpoint(run_dir, policy, optimizer, step)
+                    save_checkpoint(run_dir, policy.model, cfg, optimizer, step)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
-                run_eval(f"step-{step:04d}", f"step-{step}")
+                evaluate_run(*evaluated, f"step-{step:04d}", f"step-{step}", progress, log)
             if bar is not None:
                 bar.set_postfix(reward=f"{record['reward_mean']:.2f}", solved=f"{record['solve_rate']:.2f}",
                                 kl=f"{record['kl'] or 0:.3f}", s=f"{record['step_s']:.0f}", refresh=False)
@@ -555,7 +421,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         if bar is not None:
             bar.close()
         if cfg.train.final_eval and eval_set:
-            result.eval_after = run_eval("after", "after")
+            result.eval_after = evaluate_run(*evaluated, "after", "after", progress, log)
     except (dist.DistributedError, SelectionError) as exc:
         raise TrainingError(str(exc)) from exc
     finally:
@@ -564,74 +430,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     return result
 
 
-def open_run_dir(run_dir: Path, cfg: Config, resume: bool) -> Path | None:
-    """Check that the run directory fits `resume`, create it and write config.yaml; returns the
-    checkpoint to resume from, if any."""
-    checkpoint = find_checkpoint(run_dir)
-    if resume:
-        if not (run_dir / "config.yaml").is_file():
-            raise TrainingError(f"--resume: no run in {run_dir} (no config.yaml, no checkpoint)")
-        check_resumable(run_dir, cfg)
-    elif checkpoint is not None or (run_dir / HISTORY).exists():
-        raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    return checkpoint
-
-
-def check_before_loading(cfg: Config, puzzles: list[Puzzle], eval_set: list[Puzzle],
-                         log: Callable[[str], None]) -> None:
-    """Settings that cannot work, and the memory preflight (memory.py), before any weight is
-    loaded or sampled from: a run that would not fit stops in seconds, with one line."""
-    try:
-        check_settings(cfg)
-        if cfg.train.memory_check:
-            memory.preflight(cfg, puzzles, eval_set, log)
-    except (SelectionError, memory.MemoryCheckError) as exc:
-        raise TrainingError(str(exc)) from None
-
-
-def sound_alarms(history: list[dict[str, Any]], policy: Policy, run_dir: Path, log: Callable[[str], None]) -> None:
-    """After a step (the last record of `history`): the one-time LoRA B check after the first
-    update, then every alarm that trips for the first time, logged and added to the record."""
-    cfg, record = policy.config, history[-1]
-    if record["loss_completions"] and not any("lora_b_zero" in h for h in history):
-        zero = alarms.lora_b_all_zero(policy.model)
-        if zero is not None:
-            record["lora_b_zero"] = zero
-    tripped = alarms.new_alarms(history, alarms.eval_points(run_dir, record["step"]), cfg.alarms,
-                                cfg.sampling.max_tokens)
-    if tripped:
-        record["alarms"] = alarms.as_records(tripped)
-    for alarm in tripped:
-        log(alarm.line(record["step"]))
-
-
-def sync_ranks(policy: Policy, optimizer: optim.Optimizer, start_step: int) -> int:
-    """Data-parallel: every rank takes rank 0's start step, trainable weights and (when resuming)
-    optimizer state, so the ranks agree and hosts without the run directory can resume."""
-    if dist.size() == 1:
-        return start_step
-    start_step = int(dist.broadcast({"step": start_step})["step"])
-    model = policy.model
-    model.update(dist.broadcast_tree(model.trainable_parameters(), "the broadcast of the weights"))
-    if start_step > 0:
-        if not dist.is_main():
-            optimizer.init(model.trainable_parameters())
-        optimizer.state = dist.broadcast_tree(optimizer.state, "the broadcast of the optimizer state")
-    mx.eval(model.parameters(), optimizer.state)
-    return start_step
-
-
 def _quiet(_: str) -> None:
     pass
-
-
-def _eval_line(name: str, report: dict[str, Any]) -> str:
-    parts = [f"{t['tier']}/{t['split']} {t['pass@1']:.2f}" for t in report["totals"]
-             if t.get("tier", "all") != "all"]
-    samples = report["settings"]["samples"]
-    return f"{'greedy' if samples == 1 else f'avg@{samples}'} eval {name}: " + ", ".join(parts)
 
 
 def _step_bar(total: int, done: int):
