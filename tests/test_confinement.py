@@ -366,12 +366,14 @@ def _inaccessible_ancestors(paths: list[Path]) -> dict[Path, set[str]]:
     return found
 
 
-@pytest.mark.skipif(not (LINUX and IS_ROOT and shutil.which("unshare") and shutil.which("setpriv")),
-                    reason="drops from root to a test user (CI runs as root)")
-def test_suite_as_unprivileged_user(tmp_path):
-    """The attacks above, rerun as a normal user: there the candidate has no uid of its own,
-    so only confinement keeps it from the user's files. The interpreter may live where others
-    cannot enter (/root/.pyenv): a private mount namespace shows the test user a view of it."""
+UNPRIVILEGED = pytest.mark.skipif(not (LINUX and IS_ROOT and shutil.which("unshare") and shutil.which("setpriv")),
+                                  reason="drops from root to a test user (CI runs as root)")
+
+
+def run_as_test_user(tmp_path: Path, pytest_args: str) -> tuple[int, str]:
+    """Run `python -m pytest -q PYTEST_ARGS` in the checkout as TEST_UID; (exit status, output tail).
+    The interpreter may live where others cannot enter (/root/.pyenv): a private mount
+    namespace shows the test user a view of it."""
     repo = Path(__file__).resolve().parents[1]
     needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), repo]
     mounts = []
@@ -389,12 +391,19 @@ def test_suite_as_unprivileged_user(tmp_path):
     os.chmod(tmp_path, 0o755)
     pytest_cmd = (f"cd '{repo}' && exec setpriv --reuid={TEST_UID} --regid={TEST_UID} --clear-groups "
                   f"env HOME='{home}' PYTHONDONTWRITEBYTECODE=1 '{sys.executable}' -m pytest -q -p no:cacheprovider "
-                  f"tests/test_confinement.py -k 'not unprivileged'")
+                  f"{pytest_args}")
     script = " && ".join(mounts + [pytest_cmd])
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                           capture_output=True, text=True, timeout=600)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, tail
+    return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+
+
+@UNPRIVILEGED
+def test_suite_as_unprivileged_user(tmp_path):
+    """The attacks above, rerun as a normal user: there the candidate has no uid of its own,
+    so only confinement keeps it from the user's files."""
+    returncode, tail = run_as_test_user(tmp_path, "tests/test_confinement.py -k 'not unprivileged'")
+    assert returncode == 0, tail
     summary = tail.strip().splitlines()[-1]
     passed = int(summary.split(" passed")[0].split()[-1])
     skipped = int(summary.split(" skipped")[0].split()[-1]) if " skipped" in summary else 0

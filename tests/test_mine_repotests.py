@@ -16,6 +16,7 @@ from mlx_swe_rl.cli.app import main
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.puzzles.repotests import node_id, repo_tests, splice
 from mlx_swe_rl.sandbox.scorer import Scorer
+from test_confinement import UNPRIVILEGED, run_as_test_user
 from test_mine import Repo
 
 CORE = '''"""Tiny helpers."""
@@ -120,7 +121,8 @@ def test_oracle_scores_1_buggy_0_and_attacks_0(mined):
         runs = scorer.run_many([(task, task.oracle), (task, task.buggy)] + [(task, c) for c in attacks.values()])
     assert runs[0].all_passed, runs[0].output
     assert not runs[1].all_passed and runs[1].results[0].status == "failed"
-    assert "assert -1 == 5" in runs[1].output  # the failing test's own output, for watch and feedback
+    assert "assert -1 == 5" in runs[1].output  # the failing test's own output
+    assert "assert -1 == 5" in runs[1].results[0].message  # per test: what watch and feedback show
     for name, run in zip(attacks, runs[2:]):
         assert not run.all_passed, (name, run.output)
     assert not escape.exists()
@@ -137,3 +139,11 @@ def test_check_verifies_repository_test_tasks(mined):
     _, out, _, _ = mined
     result = CliRunner().invoke(main, ["puzzles", "check", str(out)])
     assert result.exit_code == 0, result.output
+
+
+@UNPRIVILEGED
+@pytest.mark.xfail(reason="as a normal user no candidate is kept yet (the confined pytest run fails there): open", strict=False)
+def test_repository_tests_as_unprivileged_user(tmp_path):
+    """Mining and scoring again as a normal user (no sandbox uid: only confinement holds)."""
+    returncode, tail = run_as_test_user(tmp_path, "tests/test_mine_repotests.py -k 'not unprivileged'")
+    assert returncode == 0 and " passed" in tail and "failed" not in tail, tail

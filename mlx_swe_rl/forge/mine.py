@@ -49,13 +49,15 @@ from .doctests import docstring_of, doctest_tests, free_names, module_imports, n
 from .licence import is_licence_file, licence_id
 from .puzzleset import write_puzzle_set
 from .repotests import REASONS as REPO_REASONS, RepoTestFunnel, find_repo_tests
-from ..puzzles.repotests import RepoTests
+from ..puzzles.repotests import RepoTests, repo_tests
+from ..puzzles.trainset import write_train_set
 from .units import Module, parse_module
 
 REASONS = ("merge", "bot", "revert", "no_python", "tests_only", "file_added_deleted", "several_files", "too_large",
            "parse_error", "functions_added_removed", "outside_function", "several_functions", "cosmetic",
            "no_message", "duplicate")
 SUMMARY_FILE = "mine.json"
+REPO_TEST_SETS = {"train": "repo-tests-train.json", "heldout": "repo-tests-heldout.json"}
 BOT = re.compile(r"\[bot\]|dependabot|pre-commit-ci|renovate|github-actions|greenkeeper|mergify|snyk-bot|"
                  r"allcontributors|imgbot|pyup-bot|\bbot@", re.IGNORECASE)
 TEST_PARTS = {"test", "tests", "testing"}
@@ -430,6 +432,11 @@ def write_mined(mined: Mined, puzzles: list[Puzzle], out: Path, overwrite: bool 
     """Write `<out>/<tier>/<id>.yaml` and `<out>/mine.json` at once; returns the summary."""
     data = summary(mined, puzzles)
     write_puzzle_set(puzzles, out, SUMMARY_FILE, data, overwrite, kind="mined set")
+    for which in ("train", "heldout"):  # the FAIL_TO_PASS tasks alone, for --puzzles and puzzles.dir
+        chosen = [p for p in puzzles if p.split == which and repo_tests(p) is not None]
+        if chosen:
+            write_train_set(Path(out) / REPO_TEST_SETS[which], chosen, Path(out),
+                            {"kind": "repository tests (FAIL_TO_PASS)", "split": which})
     return data
 
 

@@ -64,7 +64,8 @@ def repo_verdict(puzzle: Puzzle, run: Execution | None) -> TestRun:
         outcome = str(line["values"][0]) if line and line.get("values") else "failed"
         status = "passed" if outcome == "passed" else ("timeout" if run is not None and run.stop == "timeout"
                                                        else "failed")
-        results.append(TestResult(index, status, "" if status == "passed" else f"{node_id(test)}: {outcome}"))
+        detail = str(line.get("error") or "") if line else ""
+        results.append(TestResult(index, status, "" if status == "passed" else detail or f"{node_id(test)}: {outcome}"))
     if run is None:
         return TestRun(results, "the code does not replace the task's function")
     return TestRun(results, run.output, run.seconds)

@@ -344,6 +344,7 @@ def child_main(job, workdir, result_w, jail=None):
 
 # ----------------------------------------------------------------------------- repository tests
 REPO_DIR = "repo"
+FAILURE_CHARS = 600
 PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "exceptiongroup", "tomli")
 
 
@@ -378,13 +379,15 @@ def run_pytest(job, repo):
     import pytest
     os.chdir(repo)
     sys.path[:0] = [p for p in (os.path.join(repo, "src"), repo) if os.path.isdir(p)]
-    outcomes = {}
+    outcomes, failures = {}, {}
 
     class Collector:
         def pytest_runtest_logreport(self, report):
             previous = outcomes.get(report.nodeid)
             if report.failed:
                 outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
+                # the end of the failure (its assert and error line), what watch and feedback show
+                failures.setdefault(report.nodeid, report.longreprtext[-FAILURE_CHARS:])
             elif report.skipped and previous is None:
                 outcomes[report.nodeid] = "skipped"
             elif report.when == "call" and report.passed and previous is None:
@@ -400,7 +403,7 @@ def run_pytest(job, repo):
         outcome = outcomes.get(nodeid, "missing")
         line = {"test": index, "values": [outcome]}
         if outcome != "passed":
-            line["error"] = f"{nodeid}: {outcome}"
+            line["error"] = f"{nodeid}: {outcome}" + (f"\n{failures[nodeid]}" if nodeid in failures else "")
         emit(line)
     emit({"done": True})
 
