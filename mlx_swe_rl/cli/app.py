@@ -129,7 +129,8 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
 @click.option("--max-commits", type=click.IntRange(min=1), default=None,
               help="Only the newest N commits (for a quick look).")
 @click.option("--since", default=None, help="Only commits after this date (anything `git log --since` takes).")
-@click.option("--no-tests", is_flag=True, help="Do not turn doctest examples into tests (no sandbox needed).")
+@click.option("--no-tests", is_flag=True,
+              help="Run no tests: no doctest tests, no repository tests (no sandbox needed).")
 @click.option("--no-repo-tests", is_flag=True,
               help="Do not run the repository's own tests (FAIL_TO_PASS from each commit's test changes).")
 @click.option("--snapshots", type=click.Path(path_type=Path), default=None,
@@ -154,7 +155,7 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
         fail(f"{repo}: not a git repository")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         fail(f"--out: {out} is not empty; pass --overwrite to replace a mined set")
-    settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests, not no_repo_tests,
+    settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests, not (no_tests or no_repo_tests),
                             str(snapshots) if snapshots else None, repeats)
     try:
         total = history.count_commits(repo, max_commits, since) if history.head(repo) else 0
