@@ -223,6 +223,11 @@ class Config:
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.run_name
 
+    @property
+    def eval_turns(self) -> int:
+        """Answers per episode in the run's evaluations (train.eval_turns, else multi_turn's)."""
+        return self.train.eval_turns or self.multi_turn.max_turns
+
 
 def from_dict(cls: type, data: Any, path: str = "") -> Any:
     """Build dataclass `cls` from a mapping, checking keys, types and ranges."""

@@ -109,7 +109,7 @@ def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzz
                           temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
                           max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
                           batch_size=cfg.sampling.batch_size, stop_after_answer=cfg.sampling.stop_after_answer,
-                          turns=cfg.train.eval_turns or cfg.multi_turn.max_turns, progress=progress)
+                          turns=cfg.eval_turns, progress=progress)
         report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
         before_path = run_dir / "eval-before.json"
         if name == "after" and before_path.is_file():

@@ -177,7 +177,7 @@ class Workload:
                                        episode_tokens(cfg, cfg.multi_turn.max_turns, s.max_tokens), train_prompt)}
         if eval_puzzles and (t.final_eval or t.eval_every):
             phases["eval"] = Sampling(eval_puzzles * t.eval_samples,
-                                      episode_tokens(cfg, t.eval_turns or cfg.multi_turn.max_turns,
+                                      episode_tokens(cfg, cfg.eval_turns,
                                                      t.eval_max_tokens or s.max_tokens), eval_prompt)
         if candidates and cfg.puzzles.select == "mixed":
             c = cfg.puzzles.calibration

@@ -29,7 +29,6 @@ class TrainingError(RuntimeError):
     """A run that cannot start or continue; the message is one line for the user."""
 
 
-
 CHECKPOINT, CHECKPOINT_NEW, CHECKPOINT_OLD = "checkpoint", "checkpoint-new", "checkpoint-old"
 
 

@@ -372,7 +372,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     optimizer = make_optimizer(cfg)
     start_step = 0
     result = RunResult(run_dir)
-    eval_turns = cfg.train.eval_turns or cfg.multi_turn.max_turns
+    eval_turns = cfg.eval_turns
     if own_env:
         scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
                         require_confinement=cfg.sandbox.require_confinement)
