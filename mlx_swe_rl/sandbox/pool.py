@@ -49,6 +49,7 @@ docs/sandbox-stdlib.md lists what imports where (`scripts/stdlib_probe.py`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -131,16 +132,18 @@ class ConfinementError(RuntimeError):
         super().__init__(unconfined_message(confinement))
 
 
-def pytest_site() -> list[str]:
-    """The directories a confined pytest run must read: where pytest and its plugins live."""
+@functools.cache
+def pytest_site() -> tuple[str, ...]:
+    """The directories a confined pytest run must read: where pytest and its plugins live
+    (found once: every repository-test job names them)."""
     import pytest
     import pluggy
-    return sorted({os.path.dirname(os.path.dirname(os.path.realpath(m.__file__))) for m in (pytest, pluggy)})
+    return tuple(sorted({os.path.dirname(os.path.dirname(os.path.realpath(m.__file__))) for m in (pytest, pluggy)}))
 
 
 def pytest_job(snapshot: str, files: dict[str, str], tests: list[str]) -> dict:
     """The worker's job that runs pytest ids in a confined copy of `snapshot` (`Sandbox.run_pytest`)."""
-    return {"kind": "pytest", "snapshot": snapshot, "files": files, "tests": tests, "site": pytest_site()}
+    return {"kind": "pytest", "snapshot": snapshot, "files": files, "tests": tests, "site": list(pytest_site())}
 
 
 class _Worker:

@@ -142,7 +142,7 @@ class Scorer:
         jobs = [({"code": code, "tests": [plan.candidate_steps for plan in p.plans]}, self.limits_for(p))
                 for p, code in (items[i] for i in good)]
         jobs += [job for job in repo.values() if job[0] is not None]
-        ran = [i for i in good] + [i for i, job in repo.items() if job[0] is not None]
+        ran = good + [i for i, job in repo.items() if job[0] is not None]
         runs = dict(zip(ran, self.sandbox.run_jobs(jobs)))
         out = []
         for i, (p, _) in enumerate(items):
