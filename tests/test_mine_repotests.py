@@ -142,7 +142,6 @@ def test_check_verifies_repository_test_tasks(mined):
 
 
 @UNPRIVILEGED
-@pytest.mark.xfail(reason="as a normal user no candidate is kept yet (the confined pytest run fails there): open", strict=False)
 def test_repository_tests_as_unprivileged_user(tmp_path):
     """Mining and scoring again as a normal user (no sandbox uid: only confinement holds)."""
     returncode, tail = run_as_test_user(tmp_path, "tests/test_mine_repotests.py -k 'not unprivileged'")

@@ -394,6 +394,11 @@ def run_pytest(job, repo):
                 outcomes[report.nodeid] = "passed"
 
     ids = list(job["tests"])
+    # The repository's tests run with pytest's own plugins only. The trainer's environment may
+    # hold others (pytest-benchmark imports subprocess, which is refused here), and whether they
+    # loaded used to depend on who could read site-packages: for root's dropped uid nothing in
+    # /root/.pyenv was readable, for a normal user everything was, and every run failed there.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", repo, *ids],
                     plugins=[Collector()])
