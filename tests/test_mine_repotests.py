@@ -146,3 +146,25 @@ def test_repository_tests_as_unprivileged_user(tmp_path):
     """Mining and scoring again as a normal user (no sandbox uid: only confinement holds)."""
     returncode, tail = run_as_test_user(tmp_path, "tests/test_mine_repotests.py -k 'not unprivileged'")
     assert returncode == 0 and " passed" in tail and "failed" not in tail, tail
+
+
+def test_a_slow_test_file_is_dropped_after_one_run_of_each_side(tmp_path):
+    """A fix whose test outlasts --test-timeout is too_slow after its first pair of runs: the
+    other repeats would cost a time limit each and could not keep it."""
+    r = Repo(tmp_path / "repo")
+    r.write("pkg/__init__.py", "")
+    r.write("pkg/core.py", CORE)
+    r.write("tests/test_core.py", TESTS)
+    r.commit("initial", "Initial import")
+    r.edit("pkg/core.py", "return a - b", "return a + b")
+    r.edit("tests/test_core.py", "def test_scale_one",
+           "def test_add():\n    import time\n    time.sleep(60)\n    assert add(2, 3) == 5\n\n\ndef test_scale_one")
+    r.commit("slow", "Fix add: it subtracted")
+    out = tmp_path / "mined"
+    result = CliRunner().invoke(main, ["puzzles", "mine", str(r.root), "--out", str(out), "--repeats", "3",
+                                       "--test-timeout", "3", "--snapshots", str(tmp_path / "snapshots"),
+                                       "--heldout-frac", "0"])
+    assert result.exit_code == 0, result.output
+    funnel = json.loads((out / "mine.json").read_text())["repo_tests"]
+    assert (funnel["candidates"], funnel["too_slow"], funnel["kept"]) == (1, 1, 0), funnel
+    assert funnel["runs"] == 2, funnel  # one of each side, not 2 x --repeats

@@ -137,11 +137,13 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
               help="Cache of commit snapshots the repository tests run in [default: .REPO-snapshots beside REPO].")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs of each side (fix, bug put back) of a FAIL_TO_PASS candidate; differing verdicts are flaky.")
+@click.option("--test-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds one pytest run of a candidate's tests may take; a slower one drops it (too_slow).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier mined set in --out.")
 @sandbox_options
 def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max_commits: int | None,
                  since: str | None, no_tests: bool, no_repo_tests: bool, snapshots: Path | None, repeats: int,
-                 overwrite: bool, sandbox: dict) -> None:
+                 test_timeout: float, overwrite: bool, sandbox: dict) -> None:
     """Mine bug-fix tasks from the git history of REPO: commits that change one function in
     one non-test .py file, the function before as buggy code and after as the oracle, the
     commit message as the description; doctest examples become tests where they can."""
@@ -156,7 +158,7 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         fail(f"--out: {out} is not empty; pass --overwrite to replace a mined set")
     settings = MineSettings(max_lines, heldout_frac, max_commits, since, not no_tests, not (no_tests or no_repo_tests),
-                            str(snapshots) if snapshots else None, repeats)
+                            str(snapshots) if snapshots else None, repeats, test_timeout)
     try:
         total = history.count_commits(repo, max_commits, since) if history.head(repo) else 0
         with tqdm(desc="mine", unit="commit", total=total) as bar:

@@ -42,6 +42,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ..puzzles.format import Puzzle, normal_form
+from ..sandbox.pool import Limits
 from ..sandbox.scorer import Scorer
 from . import history
 from .checks import check_puzzles, keep_split_sound
@@ -80,6 +81,7 @@ class MineSettings:
     repo_tests: bool = True  # FAIL_TO_PASS tests from the commit's own test changes (`repotests`; needs the sandbox)
     snapshots: str | None = None  # where commit snapshots are cached (default: beside the repository)
     repeats: int = 3  # runs of each side of a FAIL_TO_PASS candidate; differing verdicts are flaky
+    test_timeout: float = 60.0  # seconds a pytest run of a candidate's tests may take (then: too_slow)
 
 
 @dataclass
@@ -351,6 +353,7 @@ def attach_repo_tests(mined: Mined, scorer: Scorer, progress: Callable[[int], No
     (`repotests.find_repo_tests`); counts why the others got none in `mined.repo_funnel`."""
     start = time.monotonic()
     found, mined.repo_funnel = find_repo_tests(mined.repo, mined.changes, scorer.sandbox, snapshot_dir(mined),
+                                               Limits(timeout=mined.settings.test_timeout, memory_mb=2048),
                                                repeats=mined.settings.repeats, progress=progress)
     for i, tests in found.items():
         mined.changes[i] = replace(mined.changes[i], repo=tests)
