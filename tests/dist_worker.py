@@ -72,14 +72,14 @@ def fixed_rollouts(model, tokenizer, env, puzzles, *, group_size, max_tokens, **
 def inject_faults(args) -> None:
     original = trainer.run_step
 
-    def run_step(policy, optimizer, env, puzzles, step, progress=False):
+    def run_step(policy, optimizer, env, puzzles, step, *rest, **kwargs):
         if step == args.crash_step and dist.rank() == args.crash_rank:
             print(f"rank {dist.rank()}: crashing at step {step} (test)", file=sys.stderr, flush=True)
             sys.exit(args.crash_code)
         if step == args.hang_step and dist.rank() == args.hang_rank:
             print(f"rank {dist.rank()}: hanging at step {step} (test)", file=sys.stderr, flush=True)
             time.sleep(10**6)
-        return original(policy, optimizer, env, puzzles, step, progress)
+        return original(policy, optimizer, env, puzzles, step, *rest, **kwargs)
 
     trainer.run_step = run_step
 

@@ -31,13 +31,16 @@ TOL = dict(rtol=1e-5, atol=1e-7)
 # (run spec, what it covers); every run: tiny model, LoRA, beta 0.04, G = 4, 2 steps, micro-batch 2.
 RUNS = {
     "sgd-even": "optimizer=sgd,train.puzzles_per_step=4",  # 2 puzzles per rank, micro-batches split groups
-    "sgd-uneven": "optimizer=sgd,train.puzzles_per_step=3,grpo.aggregation=token_mean,grpo.num_iterations=2",
+    # learnable order: step 2's choice reads pass rates updated from both ranks' rollouts
+    "sgd-uneven": "optimizer=sgd,train.puzzles_per_step=3,grpo.aggregation=token_mean,grpo.num_iterations=2,"
+                  "train.order=learnable",
     "adam-idle": "train.puzzles_per_step=1",  # rank 1 has no puzzle: it still joins every collective
-    "adam-pair": "train.puzzles_per_step=2,train.micro_batch_size=4",
+    "adam-pair": "train.puzzles_per_step=2,train.micro_batch_size=4,train.order=learnable",
     "eval": "env=real,train.puzzles_per_step=2,train.final_eval=true,train.eval_every=1,train.eval_tiers=[easy]",
 }
-# Killed after step 1 and resumed: rank 1 builds a fresh model and must get weights and AdamW
-# state from rank 0 (its own output_dir does not exist); must end where adam-pair ends.
+# Killed after step 1 and resumed: rank 1 builds a fresh model and must get weights, AdamW
+# state and pass rates from rank 0 (its own output_dir does not exist); must end where
+# adam-pair ends.
 RESUME = [("adam-resume", RUNS["adam-pair"] + ",stop_after=1"), ("adam-resume", RUNS["adam-pair"] + ",resume=1")]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 
 import mlx.core as mx
 import numpy as np
@@ -22,7 +23,8 @@ import mlx_swe_rl.rl.trainer as trainer_module
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
 from mlx_swe_rl.rl.rollouts import collect_rollouts
-from mlx_swe_rl.rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_puzzles, step_seed, train, training_puzzles)
+from mlx_swe_rl.rl.passrates import step_puzzles
+from mlx_swe_rl.rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_seed, train, training_puzzles)
 
 HISTORY_KEYS = ("step", "reward_mean", "solve_rate", "loss", "kl", "entropy", "clip_frac", "zero_var_frac",
                 "completion_len", "truncation_rate", "tokens_per_s", "step_s", "peak_memory_gb")
@@ -549,7 +551,7 @@ def test_an_errored_group_drops_out_of_the_loss(tmp_path, tiny_model_dir):
                          SampleStats())
     groups, info = loss_inputs(batch, cfg)
     assert [g.prompt for g in groups] == [[1, 2]]
-    assert info == {"zero_var_frac": 0.5, "loss_completions": 2}
+    assert info == {"zero_var_frac": 0.5, "loss_completions": 2, "groups_sampled": 2, "groups_kept": 1}
 
 
 def test_a_training_step_survives_a_puzzle_that_cannot_be_scored(tmp_path, tiny_model_dir, scorer):
@@ -579,3 +581,177 @@ def test_a_training_step_survives_a_puzzle_that_cannot_be_scored(tmp_path, tiny_
     broken = [r for r in rollouts if r["puzzle_id"] == "broken_sum"]
     assert len(broken) == 4 and all(r["reward"] == 0.0 and "no_such_module_xyz" in r["error"] for r in broken)
     assert all("error" not in r for r in rollouts if r["puzzle_id"] != "broken_sum")
+
+
+# ------------------------------------------------------------------------------ 11. pass rates, learnable order, dynamic sampling
+@pytest.fixture(scope="module")
+def learnable_runs(tmp_path_factory, tiny_model_dir, chosen):
+    """As resumed_runs, with the learnable order and dynamic sampling: run A straight, run B
+    killed after step 5 (checkpoint 4, its live pass-rate file already at step 5), resumed."""
+    root = tmp_path_factory.mktemp("learnable")
+    opts = ("train.steps=6", "train.save_every=2", "train.order=learnable", "train.dynamic_sampling.enabled=true",
+            "train.dynamic_sampling.max_extra_groups=2")
+    cfg_a, cfg_b = synth_cfg(root, tiny_model_dir, "a", *opts), synth_cfg(root, tiny_model_dir, "b", *opts)
+    mx.random.seed(99)
+    train(cfg_a, env=ChoiceEnv(chosen), progress=False, log=quiet)
+    mx.random.seed(99)
+    train(cfg_b, env=ChoiceEnv(chosen), progress=False, log=quiet, stop_after=5)
+    killed = {name: json.loads((cfg_b.run_dir / name).read_text())["step"]
+              for name in ("passrates.json", "checkpoint/passrates.json")}
+    train(cfg_b, env=ChoiceEnv(chosen), progress=False, log=quiet, resume=True)
+    return cfg_a, cfg_b, killed
+
+
+def test_pass_rates_and_the_learnable_choice_survive_resume(learnable_runs):
+    """(a) A run killed after step 5 and resumed from its step-4 checkpoint equals the
+    uninterrupted run: pass-rate files, chosen puzzles, rewards, groups and tokens per step."""
+    cfg_a, cfg_b, killed = learnable_runs
+    assert killed == {"passrates.json": 5, "checkpoint/passrates.json": 4}
+    a_dir, b_dir = cfg_a.run_dir, cfg_b.run_dir
+    for name in ("passrates.json", "checkpoint/passrates.json"):
+        assert json.loads((a_dir / name).read_text()) == json.loads((b_dir / name).read_text()), name
+    rates = json.loads((a_dir / "passrates.json").read_text())
+    assert rates["step"] == 6 and rates["decay"] == cfg_a.train.pass_rate_decay
+    hist_a, hist_b = history_lines(a_dir), history_lines(b_dir)
+    assert [h["step"] for h in hist_b] == [1, 2, 3, 4, 5, 6]
+    for key in ("puzzles", "reward_mean", "groups_sampled", "groups_kept", "extra_groups", "sampled_tokens",
+                "extra_tokens", "tokens_total"):
+        assert [h[key] for h in hist_b] == [h[key] for h in hist_a], key
+    assert_same_adapters(a_dir, b_dir)
+    # the learnable order is not the epoch order, and a step never repeats a puzzle
+    puzzles = training_puzzles(cfg_a)
+    per_step = cfg_a.train.puzzles_per_step
+    assert any(h["puzzles"][:per_step] != [p.id for p in step_puzzles(puzzles, h["step"], per_step, cfg_a.seed)]
+               for h in hist_a)
+    assert all(len(set(h["puzzles"])) == len(h["puzzles"]) for h in hist_a)
+    totals = [h["tokens_total"] for h in hist_a]
+    assert totals == list(np.cumsum([h["sampled_tokens"] for h in hist_a]))
+
+
+def test_default_runs_record_groups_and_tokens(resumed_runs):
+    """(c) Dynamic sampling off: the epoch order, no replacement groups, and the new keys."""
+    cfg = resumed_runs["cfg_a"]
+    puzzles = training_puzzles(cfg)
+    for h in history_lines(cfg.run_dir):
+        assert h["puzzles"] == [p.id for p in step_puzzles(puzzles, h["step"], cfg.train.puzzles_per_step, cfg.seed)]
+        assert h["extra_groups"] == h["extra_tokens"] == 0 and h["groups_sampled"] == cfg.train.puzzles_per_step
+        assert h["groups_kept"] == round((1 - h["zero_var_frac"]) * h["groups_sampled"])
+        n = h["groups_sampled"] * cfg.sampling.group_size
+        assert h["sampled_tokens"] == round(h["completion_len"] * n)
+    # a run resumed from history written before these keys existed counts its tokens all the same
+    old = {"step": 1, "completion_len": 2.5, "puzzles": ["a", "b"]}
+    assert trainer_module.sampled_tokens(old, cfg) == round(2.5 * 2 * cfg.sampling.group_size)
+
+
+# A scripted environment whose binary outcomes the test decides, per puzzle: "mixed" puzzles
+# alternate solved / not solved within each group, "pass" always solve, "phantom" never solve
+# but get shaped rewards that differ (format points, say), "error" get error verdicts; the
+# rest never solve (reward 0).
+OUTCOMES = {"active_usernames": "mixed", "average_score": "pass", "binary_search_index": "phantom",
+            "count_vowels": "mixed", "dedupe_keep_order": "error", "digit_sum": "pass",
+            "file_extension": "phantom", "fizzbuzz_label": "mixed"}
+
+
+class OutcomeEnv(ChoiceEnv):
+    def __init__(self):
+        super().__init__([])
+
+    def score(self, items):
+        out, seen = [], Counter()
+        for pid, _ in items:
+            i, kind = seen[pid], OUTCOMES.get(pid, "fail")
+            seen[pid] += 1
+            solved = kind == "pass" or (kind == "mixed" and i % 2 == 0)
+            reward = 1.0 if solved else (0.1 * (i % 3) if kind == "phantom" else 0.0)
+            out.append((reward, {"code": None, "format_ok": True, "passed": int(solved), "total": 1, "tests": [],
+                                 "solved": solved, "reward_parts": {"choice": reward},
+                                 **({"error": "oracle failed"} if kind == "error" else {})}))
+        return out
+
+
+def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_path, tiny_model_dir, monkeypatch):
+    """(b) Groups whose binary outcomes are all equal (and error verdicts) leave the loss and are
+    replaced by spare puzzles, in rounds of as many as are missing, never beyond the cap."""
+    from mlx_swe_rl.rl.passrates import PassRates, choose
+
+    calls, losses = [], []
+    original_collect, original_loss = trainer_module.collect_rollouts, trainer_module.loss_inputs
+
+    def collect(model, tokenizer, env, puzzles, **kwargs):
+        calls.append([p.id for p in puzzles])
+        return original_collect(model, tokenizer, env, puzzles, **kwargs)
+
+    def loss(rollouts, cfg):
+        groups, info = original_loss(rollouts, cfg)
+        by_prompt = {tuple(prompt): p.id for prompt, p in zip(rollouts.prompts, rollouts.puzzles)}
+        losses.append([by_prompt[tuple(g.prompt)] for g in groups])
+        return groups, info
+
+    monkeypatch.setattr(trainer_module, "collect_rollouts", collect)
+    monkeypatch.setattr(trainer_module, "loss_inputs", loss)
+    cap, per_step = 3, 3
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "dynamic", "train.steps=4", f"train.puzzles_per_step={per_step}",
+                    "train.dynamic_sampling.enabled=true", f"train.dynamic_sampling.max_extra_groups={cap}")
+    history = train(cfg, env=OutcomeEnv(), progress=False, log=quiet).history
+    puzzles = training_puzzles(cfg)
+    rates = PassRates.start([p.id for p in puzzles], cfg.train.pass_rate_decay)  # the epoch order never reads it
+    lines = [json.loads(line) for line in (cfg.run_dir / "rollouts.jsonl").read_text().splitlines()]
+    replaced = 0
+    for h, kept in zip(history, losses):
+        chosen, spare = choose(cfg, puzzles, rates, h["step"])
+        sampled = h["puzzles"]
+        extra = h["extra_groups"]
+        assert sampled == [p.id for p in chosen] + [p.id for p in spare[:extra]]
+        mixed = [pid for pid in sampled if OUTCOMES.get(pid) == "mixed"]
+        assert kept == mixed  # exactly the mixed groups enter the loss, phantom ones included out
+        assert h["groups_sampled"] == len(sampled) and h["groups_kept"] == len(mixed)
+        assert h["loss_completions"] == len(mixed) * cfg.sampling.group_size
+        assert extra <= cap
+        # stopped only when enough groups were kept, the cap was reached, or no spare was left
+        assert len(mixed) >= per_step or extra == cap or extra == len(spare)
+        replaced += extra
+        step_lines = [line for line in lines if line["step"] == h["step"]]
+        assert [line["puzzle_id"] for line in step_lines][::cfg.sampling.group_size] == sampled
+        assert h["sampled_tokens"] == sum(line["tokens"] for line in step_lines)
+        assert h["extra_tokens"] == sum(line["tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
+    assert replaced > 0  # the scripted outcomes did make it replace groups
+    # rounds: the calls of one step are its chosen puzzles, then rounds of the missing count
+    i = 0
+    for h in history:
+        sampled, got = h["puzzles"], calls[i]
+        assert got == sampled[:per_step]
+        used, i = 0, i + 1
+        while used < h["extra_groups"]:
+            missing = per_step - sum(OUTCOMES.get(pid) == "mixed" for pid in sampled[:per_step + used])
+            assert calls[i] == sampled[per_step + used:per_step + used + min(missing, cap - used)]
+            used, i = used + len(calls[i]), i + 1
+    assert i == len(calls)
+
+
+def test_phantom_groups_leave_the_loss_only_with_dynamic_sampling(tmp_path, tiny_model_dir):
+    """All answers failed, shaped rewards differ: today's loss keeps the group (reward variance),
+    dynamic sampling drops it (no correctness signal: verl's phantom gradients)."""
+    from mlx_swe_rl.models.sampling import Sample, SampleStats
+    from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch
+    from mlx_swe_rl.rl.trainer import loss_inputs
+
+    def group(pid: str, rewards: list[float], solved: list[bool]) -> list[Rollout]:
+        return [Rollout(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, s, {"code": None, "solved": s})
+                for i, (r, s) in enumerate(zip(rewards, solved))]
+
+    batch = RolloutBatch([], [[1, 2], [3, 4]], [group("mixed", [1.0, 0.2], [True, False]),
+                                                group("phantom", [0.3, 0.1], [False, False])], SampleStats())
+    off = synth_cfg(tmp_path, tiny_model_dir, "phantom-off")
+    on = synth_cfg(tmp_path, tiny_model_dir, "phantom-on", "train.dynamic_sampling.enabled=true")
+    assert [g.prompt for g in loss_inputs(batch, off)[0]] == [[1, 2], [3, 4]]
+    groups, info = loss_inputs(batch, on)
+    assert [g.prompt for g in groups] == [[1, 2]] and info["groups_kept"] == 1 and info["zero_var_frac"] == 0.5
+
+
+def test_dynamic_sampling_is_refused_in_data_parallel_runs(tmp_path, monkeypatch):
+    cfg = load_config(None, [f"output_dir={tmp_path}", "train.dynamic_sampling.enabled=true", "train.memory_check=false"])
+    monkeypatch.setattr(rundir.dist, "size", lambda: 2)
+    with pytest.raises(TrainingError, match=r"^train.dynamic_sampling.enabled: not supported in data-parallel") as info:
+        rundir.check_before_loading(cfg, [], [], quiet)
+    assert "\n" not in str(info.value)
+    rundir.check_before_loading(load_config(None, ["train.memory_check=false"]), [], [], quiet)  # off: fine

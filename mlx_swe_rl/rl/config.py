@@ -148,9 +148,25 @@ class OptimConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    enabled: bool = meta(False, doc="after a step's groups are scored, drop those whose answers all pass or all "
+                         "fail (by the binary outcome, not the shaped reward; error verdicts too) and sample "
+                         "replacement puzzles in their place (DAPO's dynamic sampling)")
+    max_extra_groups: int | None = meta(None, min=1, doc="replacement groups per step at most "
+                                        "(null = train.puzzles_per_step)")
+
+
+@dataclass
 class TrainConfig:
     steps: int = meta(20, min=1, doc="optimizer steps")
     puzzles_per_step: int = meta(4, min=1, doc="puzzles per optimizer step")
+    order: str = meta("epoch", choices=("epoch", "learnable"), doc="epoch: a seeded permutation of the puzzles per epoch; "
+                      "learnable: each step the puzzles whose estimated pass rate p makes p(1-p) largest "
+                      "(Thompson draws from the pass-rate estimates, at most one group per puzzle a step)")
+    pass_rate_decay: float = meta(0.95, min=0.0, max=1.0, doc="each step, every puzzle's pass-rate estimate "
+                                  "keeps this fraction of its earlier outcomes (older ones fade as the policy "
+                                  "changes; 1 = keep all)")
+    dynamic_sampling: DynamicSamplingConfig = meta(factory=DynamicSamplingConfig)
     micro_batch_size: int = meta(8, min=1, doc="completions of one prompt per forward/backward (bounds memory)")
     save_every: int = meta(5, min=1, doc="checkpoint every N steps (and at the end)")
     eval_every: int = meta(0, min=0, doc="eval every N steps (0 = off)")

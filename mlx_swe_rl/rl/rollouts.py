@@ -140,6 +140,18 @@ class RolloutBatch:
     stats: SampleStats
     score_seconds: float = 0.0
 
+    def joined(self, more: RolloutBatch) -> RolloutBatch:
+        """This batch's groups, then `more`'s, with the sampling totals of both."""
+        a, b = self.stats, more.stats
+        stats = SampleStats(prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+                            generated_tokens=a.generated_tokens + b.generated_tokens, seconds=a.seconds + b.seconds,
+                            prefill_seconds=a.prefill_seconds + b.prefill_seconds,
+                            peak_memory_gb=max(a.peak_memory_gb, b.peak_memory_gb),
+                            completions=a.completions + b.completions, truncated=a.truncated + b.truncated,
+                            stopped=a.stopped + b.stopped)
+        return RolloutBatch(self.puzzles + more.puzzles, self.prompts + more.prompts, self.groups + more.groups,
+                            stats, self.score_seconds + more.score_seconds)
+
 
 def collect_rollouts(
     model: Any,
@@ -277,6 +289,12 @@ def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[R
     scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
     return [Rollout(p.id, s, reward, info["solved"], info)
             for (p, s), (reward, info) in zip(pairs, scored)]
+
+
+def informative(group: list[Rollout]) -> bool:
+    """Some answers solved and some not (by the binary outcome, whatever the shaped rewards), and
+    no error verdict: the groups dynamic sampling keeps."""
+    return category(group) == MIXED and not any(r.error for r in group)
 
 
 def category(group: list[Rollout]) -> str:

@@ -20,9 +20,10 @@ from mlx.utils import tree_flatten, tree_unflatten
 from .config import AlarmConfig, Config, ConfigError, load_config, to_dict
 from .policy import load_trainable, save_adapters
 from ..puzzles.format import Puzzle
+from . import distributed as dist
 from . import memory
 from .selection import SelectionError, check_settings
-from ..runfiles import HISTORY, ROLLOUTS, truncate_after_step
+from ..runfiles import HISTORY, ROLLOUTS, truncate_after_step, write_json_atomic
 
 
 class TrainingError(RuntimeError):
@@ -32,12 +33,16 @@ class TrainingError(RuntimeError):
 CHECKPOINT, CHECKPOINT_NEW, CHECKPOINT_OLD = "checkpoint", "checkpoint-new", "checkpoint-old"
 
 
-def save_checkpoint(run_dir: Path, model: nn.Module, cfg: Config, optimizer: optim.Optimizer, step: int) -> None:
-    """Write weights, optimizer state and the step counter; the swap of directories makes the
+def save_checkpoint(run_dir: Path, model: nn.Module, cfg: Config, optimizer: optim.Optimizer, step: int,
+                    files: dict[str, Any] | None = None) -> None:
+    """Write weights, optimizer state, the step counter and `files` (name -> JSON data: state
+    that must match the step, like the pass rates); the swap of directories makes the
     checkpoint appear all at once (a crash leaves the previous one intact)."""
     new, current, old = run_dir / CHECKPOINT_NEW, run_dir / CHECKPOINT, run_dir / CHECKPOINT_OLD
     shutil.rmtree(new, ignore_errors=True)
     save_adapters(model, cfg.finetune, new)
+    for name, data in (files or {}).items():
+        write_json_atomic(new / name, data)
     # Arrays only: a scheduled learning rate is a plain float until the first update.
     state = {k: v for k, v in tree_flatten(optimizer.state) if isinstance(v, mx.array)}
     mx.save_safetensors(str(new / "optimizer.safetensors"), state)
@@ -156,6 +161,9 @@ def check_before_loading(cfg: Config, puzzles: list[Puzzle], eval_set: list[Puzz
                          log: Callable[[str], None]) -> None:
     """Settings that cannot work, and the memory preflight (memory.py), before any weight is
     loaded or sampled from: a run that would not fit stops in seconds, with one line."""
+    if cfg.train.dynamic_sampling.enabled and dist.size() > 1:
+        raise TrainingError("train.dynamic_sampling.enabled: not supported in data-parallel runs (mlx.launch): "
+                            "each rank would refill its groups on its own; turn it off or run one process")
     try:
         check_settings(cfg)
         if cfg.train.memory_check:

@@ -2,9 +2,11 @@
 advantages, update; the run directory it records everything in is rundir.py's.
 
 One step, top to bottom (`run_step`):
-  1. take the step's puzzles (a seeded permutation per epoch, so resume keeps the order);
+  1. take the step's puzzles (passrates.py: a seeded permutation per epoch, or the most
+     learnable ones by their pass-rate estimates; either way resume keeps the order);
   2. sample G completions per puzzle from the current policy (or the initial weights in
-     `frozen` mode) and score them with the one shared scorer;
+     `frozen` mode) and score them with the one shared scorer; with dynamic sampling, groups
+     whose answers all pass or all fail are replaced by groups of spare puzzles (`refill`);
   3. group advantages; zero-variance groups (and optionally truncated completions) drop out;
   4. reference log-probs (adapters off, or the frozen copy) when beta > 0, and old-policy
      log-probs when mu > 1, from training-style forwards without gradient;
@@ -13,7 +15,8 @@ One step, top to bottom (`run_step`):
 Data-parallel (`mlx.launch ... python -m mlx_swe_rl.train`, see distributed.py): each rank
 samples and scores its share of the step's puzzles (whole puzzles, so the advantages are the
 same), the loss normalisers and gradients are summed over all ranks, so every rank applies the
-update one process would; rank 0 alone writes the run directory and evaluates.
+update one process would; rank 0 alone writes the run directory and evaluates. Every rank
+keeps the same pass-rate estimates (from all ranks' rollouts), so all choose the same puzzles.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
-import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
 from . import alarms
@@ -38,33 +40,27 @@ from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import GroupBatch, adapters_off, frozen_reference, group_log_probs, prepare_policy
 from ..puzzles.format import Puzzle
-from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history
-from .rollouts import RolloutBatch, collect_rollouts
+from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
+from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history, write_json_atomic
+from .rollouts import Rollout, RolloutBatch, collect_rollouts, informative
 from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
                      training_puzzles)
-from .selection import SelectionError, select_training_puzzles
+from .selection import CALIBRATION_FILE, SelectionError, select_training_puzzles
 from ..models import fastmath
 from ..models.sampling import SampleStats
 
 
-# --- data order --------------------------------------------------------------------------------
-
-def step_puzzles(puzzles: list[Puzzle], step: int, per_step: int, seed: int) -> list[Puzzle]:
-    """The puzzles of (1-based) `step`: a stream of per-epoch seeded permutations, cut into
-    chunks of `per_step`. A pure function of its arguments, so a resumed run sees the same data."""
-    n = len(puzzles)
-    chosen = []
-    for index in range((step - 1) * per_step, step * per_step):
-        epoch, offset = divmod(index, n)
-        order = np.random.default_rng([seed, epoch]).permutation(n)
-        chosen.append(puzzles[order[offset]])
-    return chosen
-
+# --- seeds -------------------------------------------------------------------------------------
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """The RNG seed of one step (sampling and dropout), derived so resume reproduces it; each
     rank of a data-parallel run gets its own (rank 0 the single-process one)."""
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31)
+
+
+def refill_seed(seed: int, round_: int) -> int:
+    """The sampling seed of a step's `round_`-th replacement draw (dynamic sampling)."""
+    return (seed + round_ * 15_485_863) % (2**31)
 
 
 # --- the model bundle --------------------------------------------------------------------------
@@ -145,17 +141,26 @@ def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, 
     return out
 
 
+def scorable(group: list[Rollout]) -> bool:
+    """No error verdict among the group's answers."""
+    return not any(r.error for r in group)
+
+
 def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], dict[str, float]]:
     """Advantages per group, then the completions that carry signal, with per-completion weights.
     The weights' normalisers and `info` count the whole step, over all ranks of a data-parallel run."""
     advantages, valid = [], []
+    # A group with an error verdict (its puzzle could not be scored) says nothing about its
+    # answers: its rewards are all 0, so it has no variance, and it counts as such regardless.
+    # With dynamic sampling a group must also be mixed by the binary outcome: all-pass or
+    # all-fail answers whose shaped rewards differ would push on format, not on correctness
+    # (verl's "phantom gradients"); without it the reward's variance alone decides, as before.
+    keep = informative if cfg.train.dynamic_sampling.enabled else scorable
     if rollouts.groups:  # a rank may have no puzzles this step
         rewards = mx.array([[r.reward for r in group] for group in rollouts.groups])
         adv, ok = group_advantages(rewards, cfg.grpo.advantage)
-        # A group with an error verdict (its puzzle could not be scored) says nothing about its
-        # answers: its rewards are all 0, so it has no variance, and it counts as such regardless.
         advantages = adv.tolist()
-        valid = [bool(v) and not any(r.error for r in group) for v, group in zip(ok.tolist(), rollouts.groups)]
+        valid = [bool(v) and keep(group) for v, group in zip(ok.tolist(), rollouts.groups)]
     groups = []
     for prompt, group, group_adv, ok in zip(rollouts.prompts, rollouts.groups, advantages, valid):
         if not ok:
@@ -181,7 +186,8 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
     for g in groups:
         g.weights = [next(weights) for _ in g.completions]
         g.stat_weights = [next(stat_weights) for _ in g.completions]
-    info = {"zero_var_frac": 1.0 - whole["valid"] / whole["groups"], "loss_completions": int(whole["kept"])}
+    info = {"zero_var_frac": 1.0 - whole["valid"] / whole["groups"], "loss_completions": int(whole["kept"]),
+            "groups_sampled": int(whole["groups"]), "groups_kept": int(whole["valid"])}
     return groups, info
 
 
@@ -264,10 +270,29 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     return totals
 
 
+def refill(batch: RolloutBatch, spare: list[Puzzle], cap: int,
+           draw: Callable[[list[Puzzle], int], RolloutBatch]) -> tuple[RolloutBatch, int]:
+    """Dynamic sampling: while fewer of `batch`'s groups are `informative` than it had puzzles,
+    draw groups of as many more puzzles (the next of `spare`, in order; `draw(puzzles, round)`
+    samples and scores them), `cap` of them at most. Returns every group sampled (the first
+    batch's, then the replacements') and how many replacement groups that was."""
+    wanted, used, round_ = len(batch.groups), 0, 0
+    while True:
+        missing = wanted - sum(informative(group) for group in batch.groups)
+        n = min(missing, cap - used, len(spare) - used)
+        if n <= 0:
+            return batch, used
+        round_ += 1
+        batch = batch.joined(draw(spare[used:used + n], round_))
+        used += n
+
+
 def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list[Puzzle], step: int,
-             progress: bool = False) -> tuple[dict[str, Any], RolloutBatch]:
+             progress: bool = False, spare: list[Puzzle] = ()) -> tuple[dict[str, Any], RolloutBatch]:
     """One GRPO step; returns the history record and the rollouts. Data-parallel, this rank
-    samples its share of `puzzles` (its rollouts come back), and the record covers all ranks."""
+    samples its share of `puzzles` (its rollouts come back), and the record covers all ranks.
+    With `train.dynamic_sampling` on (one process only), groups that cannot teach are replaced
+    by groups of `spare` puzzles, in order (`refill`); the record's `puzzles` lists them all."""
     cfg = policy.config
     s = cfg.sampling
     start = time.perf_counter()
@@ -277,13 +302,22 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     policy.model.eval()
     mine = dist.shard(puzzles)  # whole puzzles, so a group's advantages stay on one rank
     rollouts = RolloutBatch([], [], [], SampleStats())
+    extra = 0  # replacement groups (dynamic sampling)
     if mine:
         with policy.sampling_model() as sampler:
-            rollouts = collect_rollouts(sampler, policy.tokenizer, env, mine, group_size=s.group_size,
+            def draw(chosen: list[Puzzle], round_: int) -> RolloutBatch:
+                return collect_rollouts(sampler, policy.tokenizer, env, chosen, group_size=s.group_size,
                                         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                                        seed=seed, batch_size=s.batch_size, stop_after_answer=s.stop_after_answer,
-                                        max_turns=cfg.multi_turn.max_turns, turn_penalty=cfg.multi_turn.turn_penalty,
-                                        progress=progress, desc=f"step {step} sampling")
+                                        seed=refill_seed(seed, round_) if round_ else seed, batch_size=s.batch_size,
+                                        stop_after_answer=s.stop_after_answer, max_turns=cfg.multi_turn.max_turns,
+                                        turn_penalty=cfg.multi_turn.turn_penalty, progress=progress,
+                                        desc=f"step {step} sampling" + (f" (replacements {round_})" if round_ else ""))
+
+            rollouts = draw(mine, 0)
+            ds = cfg.train.dynamic_sampling
+            if ds.enabled:
+                rollouts, extra = refill(rollouts, list(spare), ds.max_extra_groups or cfg.train.puzzles_per_step,
+                                         draw)
     groups, info = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
     stats: dict[str, float] = {}
@@ -291,8 +325,10 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         stats = run_updates(policy, optimizer, groups)
     update_seconds = time.perf_counter() - update_start
     flat = [r for group in rollouts.groups for r in group]
+    replacements = [r for group in rollouts.groups[len(rollouts.groups) - extra:] for r in group] if extra else []
     total = dist.all_sum({"n": len(flat), "reward": sum(r.reward for r in flat), "solved": sum(r.solved for r in flat),
                           "tokens": sum(r.model_tokens for r in flat),
+                          "extra_tokens": sum(r.model_tokens for r in replacements),
                           "turns": sum(max(len(r.turns), 1) for r in flat),
                           "truncated": sum(r.sample.truncated for r in flat),
                           "errored": sum(bool(r.error) for r in flat),
@@ -312,6 +348,11 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "grad_norm": stats.get("grad_norm"),
         "zero_var_frac": info["zero_var_frac"],
         "loss_completions": info["loss_completions"],
+        "groups_sampled": info["groups_sampled"],  # all of the step's groups, replacements included
+        "groups_kept": info["groups_kept"],  # the groups the loss read
+        "extra_groups": extra,  # replacement groups of dynamic sampling
+        "sampled_tokens": int(total["tokens"]),  # the model's tokens sampled this step
+        "extra_tokens": int(total["extra_tokens"]),  # those of the replacement groups
         "completion_len": total["tokens"] / total["n"],  # the model's tokens per episode, all turns
         "turns": total["turns"] / total["n"],
         "truncation_rate": total["truncated"] / total["n"],
@@ -325,7 +366,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "update_s": slowest["update_s"],  # reference_s + forward/backward + optimizer
         "step_s": time.perf_counter() - start,
         "peak_memory_gb": slowest["peak_memory_gb"],
-        "puzzles": [p.id for p in puzzles],
+        "puzzles": [p.id for p in puzzles] + [p.id for p in spare[:extra]],
     }
     return record, rollouts
 
@@ -391,16 +432,26 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         if resume and main:
             start_step = resume_from(run_dir, checkpoint, policy.model, optimizer, log)
         seen = read_history(run_dir, missing_ok=True) if main and start_step else []  # for the alarms
+        state = None
+        if main:  # the pass rates at the checkpoint's step (the live file may be later: it is not read)
+            state = restore(run_dir, checkpoint if resume else None, start_step, [p.id for p in puzzles],
+                            cfg.train.pass_rate_decay, run_dir / CALIBRATION_FILE).to_json()
+            write_json_atomic(run_dir / PASSRATES_FILE, state)
         start_step = dist.sync_ranks(policy.model, optimizer, start_step)
+        rates = PassRates.from_json(dist.all_gather_json(state)[0])  # rank 0's, on every rank
+        tokens_total = int(dist.broadcast({"tokens": sum(sampled_tokens(h, cfg) for h in seen)})["tokens"])
 
         evaluated = (policy.model, policy.tokenizer, eval_env, eval_set, cfg)
         if cfg.train.final_eval and start_step == 0 and eval_set:
             result.eval_before = evaluate_run(*evaluated, "before", "before", progress, log)
         bar = _step_bar(cfg.train.steps, start_step) if progress else None
         for step in range(start_step + 1, cfg.train.steps + 1):
-            chosen = step_puzzles(puzzles, step, cfg.train.puzzles_per_step, cfg.seed)
-            record, rollouts = run_step(policy, optimizer, env, chosen, step, progress)
+            chosen, spare = choose(cfg, puzzles, rates, step)
+            record, rollouts = run_step(policy, optimizer, env, chosen, step, progress, spare)
+            tokens_total += record["sampled_tokens"]
+            record["tokens_total"] = tokens_total  # learning per sampled token: the x-axis of figures
             groups = dist.unshard([[{"step": step, **r.summary()} for r in group] for group in rollouts.groups])
+            rates.observe(step, [line for group in groups for line in group])
             if main:
                 seen.append(record)
                 alarms.sound_alarms(seen, policy.model, cfg, run_dir, log)
@@ -408,8 +459,9 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             if main:
                 append_jsonl(run_dir / HISTORY, [record])
                 append_jsonl(run_dir / ROLLOUTS, [line for group in groups for line in group])
+                write_json_atomic(run_dir / PASSRATES_FILE, rates.to_json())
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps:
-                    save_checkpoint(run_dir, policy.model, cfg, optimizer, step)
+                    save_checkpoint(run_dir, policy.model, cfg, optimizer, step, {PASSRATES_FILE: rates.to_json()})
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
                 evaluate_run(*evaluated, f"step-{step:04d}", f"step-{step}", progress, log)
             if bar is not None:
@@ -422,12 +474,20 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             bar.close()
         if cfg.train.final_eval and eval_set:
             result.eval_after = evaluate_run(*evaluated, "after", "after", progress, log)
-    except (dist.DistributedError, SelectionError) as exc:
+    except (dist.DistributedError, SelectionError, PassRateError) as exc:
         raise TrainingError(str(exc)) from exc
     finally:
         if own_env:
             scorer.close()  # the envs were handed it, so they leave it open
     return result
+
+
+def sampled_tokens(record: dict[str, Any], cfg: Config) -> int:
+    """The model tokens a history record's step sampled. Records written before
+    `sampled_tokens` existed give them as mean length x episodes (G per puzzle)."""
+    if "sampled_tokens" in record:
+        return int(record["sampled_tokens"])
+    return round((record.get("completion_len") or 0.0) * cfg.sampling.group_size * len(record.get("puzzles") or []))
 
 
 def _quiet(_: str) -> None:
