@@ -468,8 +468,11 @@ def format_funnel(data: dict[str, Any]) -> str:
     lines = [f"{'rule':<{widths[0]}}  {'dropped':>{widths[1]}}  {'left':>{widths[2]}}"]
     lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
     t = data["tasks"]
-    lines.append(f"{t['total']} tasks: {t['with_tests']} with tests from doctests "
-                 f"({t['doctest_candidates']} tried, {t['doctest_rejected']} rejected), {t['without_tests']} without; "
+    # A task with FAIL_TO_PASS tests is judged by them alone, so with_tests counts it once.
+    from_repo = t.get("with_repo_tests", 0)
+    lines.append(f"{t['total']} tasks: {t['with_tests']} with tests ({from_repo} from the repository's own tests, "
+                 f"{t['with_tests'] - from_repo} from doctests: {t['doctest_candidates']} tried, "
+                 f"{t['doctest_rejected']} rejected), {t['without_tests']} without; "
                  f"{t['train']} train, {t['heldout']} heldout ({t['heldout_newest']} newest, "
                  f"{t['heldout_same_function']} sharing a function with them)")
     repo = data.get("repo_tests")
