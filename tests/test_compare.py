@@ -41,7 +41,7 @@ def test_runs_each_variant_once_and_resumes_an_interrupted_one(comparison_file):
     summary = run_comparison(comparison, train_fn=spy, log=lambda _: None, progress=False)
     assert calls == [("on_policy", False), ("frozen", True)]
     root = comparison.output_dir / comparison.name
-    for name in ("summary.md", "summary.json", "comparison.png", "comparison.pdf"):
+    for name in ("summary.md", "summary.json", "comparison.png", "comparison.pdf", "comparison_tokens.png"):
         assert (root / name).is_file(), name
     for variant, row in summary["results"].items():
         history = [json.loads(line) for line in (root / variant / "history.jsonl").read_text().splitlines()]

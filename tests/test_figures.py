@@ -54,8 +54,8 @@ def test_training_curve_plots_the_recorded_values(run_dir, tmp_path, monkeypatch
     seen = {}
     original = figures._series
 
-    def spy(history, key):
-        seen[key] = original(history, key)
+    def spy(history, key, *x):
+        seen[key] = original(history, key, *x)
         return seen[key]
 
     monkeypatch.setattr(figures, "_series", spy)
@@ -79,3 +79,25 @@ def test_figures_command(run_dir):
 def test_architecture_figure(tmp_path):
     for path in figures.architecture(tmp_path / "architecture"):
         assert_image(path)
+
+
+def test_curves_against_sampled_tokens(run_dir, tmp_path, monkeypatch):
+    """A history with `tokens_total` also gets its curves against the tokens sampled; records
+    written before the key existed have no place on that axis (and an old run draws as before)."""
+    import json
+
+    lines = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    for h, total in zip(lines[2:], (300, 700, 1000)):  # steps 1-2 recorded before tokens_total existed
+        h["tokens_total"] = total
+    (run_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in lines))
+    history = read_history(run_dir)
+    assert figures._series(history, "reward_mean", "tokens") == ([300, 700, 1000], [0.5, 0.5, 0.625])
+    assert figures._series(history, "reward_mean") == ([1, 2, 3, 4, 5], [0.25, 0.375, 0.5, 0.5, 0.625])
+    written = figures.run_figures(run_dir, tmp_path / "figs")
+    assert {p.stem for p in written} == {"training_curve", "training_curve_tokens"}
+    for path in written:
+        assert_image(path)
+    for path in figures.comparison({"a": history, "b": history[3:]}, tmp_path / "cmp", "footer", x="tokens"):
+        assert_image(path)
+    old = [{k: v for k, v in h.items() if k != "tokens_total"} for h in history]
+    assert figures.has_tokens(history) and not figures.has_tokens(old)

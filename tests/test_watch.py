@@ -338,3 +338,26 @@ def test_rollout_summary_carries_the_error_of_an_error_verdict():
     line = Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, info).summary()
     assert line["error"].startswith("oracle failed to load: ") and len(line["error"]) == 500
     assert "error" not in Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, dict(info, error=None)).summary()
+
+
+def test_pass_rate_estimates_are_shown_when_the_run_keeps_them(server, run_dir):
+    """passrates.json (written by the trainer after every step) becomes a table, most learnable
+    first; a run without it, or with a broken one, shows none and the page still works."""
+    from mlx_swe_rl.rl.passrates import PassRates
+
+    assert data(server)["pass_rates"] is None  # a run made before pass rates were kept
+    rates = PassRates.start([PUZZLE, "clamp_value", "digit_sum"], decay=0.9,
+                            calibration={"puzzles": [{"id": "clamp_value", "solved": 8, "samples": 8}]})
+    rates.observe(1, [{"puzzle_id": PUZZLE, "solved": i % 2 == 0} for i in range(4)])
+    (run_dir / "passrates.json").write_text(json.dumps(rates.to_json()))
+    shown = data(server)["pass_rates"]
+    assert shown["step"] == 1 and shown["decay"] == 0.9
+    assert [r["id"] for r in shown["puzzles"]] == [PUZZLE, "digit_sum", "clamp_value"]
+    first = shown["puzzles"][0]
+    assert first["mean"] == 0.5 and first["outcomes"] == 4.0 and first["last_step"] == 1
+    assert shown["puzzles"][2]["last_step"] == 0 and shown["puzzles"][2]["mean"] > 0.8
+    (run_dir / "passrates.json").write_text('{"puzzles": ')  # being written: the last good one stays
+    assert data(server)["pass_rates"]["step"] == 1
+    page = get(server, "/")[2].decode()
+    script = (PAGE_DIR / "watch.js").read_text()
+    assert 'id="pass-rates"' in page and "drawPassRates(d)" in script and "Pass-rate estimates" in script

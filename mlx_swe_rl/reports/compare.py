@@ -138,7 +138,7 @@ def summarize_variant(cfg: Config) -> dict[str, Any]:
 def write_summary(comparison: Comparison) -> dict[str, Any]:
     from .figures import comparison as comparison_figure
     from ..runfiles import read_history
-    from .figures import label
+    from .figures import has_tokens, label
 
     root = comparison.output_dir / comparison.name
     rows = {v: summarize_variant(variant_config(comparison, v)) for v in comparison.variants}
@@ -149,8 +149,10 @@ def write_summary(comparison: Comparison) -> dict[str, Any]:
     (root / "summary.md").write_text(summary_markdown(rows))
     cfg = variant_config(comparison, next(iter(comparison.variants)))
     histories = {v: read_history(variant_config(comparison, v).run_dir) for v in comparison.variants}
-    comparison_figure(histories, root / "comparison",
-                      label(cfg.model.spec, str(comparison.base or "defaults") + f" ({comparison.name})"))
+    footer = label(cfg.model.spec, str(comparison.base or "defaults") + f" ({comparison.name})")
+    comparison_figure(histories, root / "comparison", footer)
+    if all(has_tokens(h) for h in histories.values()):  # e.g. dynamic sampling on and off, per token
+        comparison_figure(histories, root / "comparison_tokens", footer, x="tokens")
     return summary
 
 

@@ -61,28 +61,42 @@ def _save(fig: plt.Figure, out: Path, footer: str) -> list[Path]:
     return paths
 
 
-def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    points = [(h["step"], h[key]) for h in history if h.get(key) is not None]
+# The x-axes a curve can be drawn against: the step, or the model tokens sampled so far
+# (`tokens_total`: learning per sampled token, which is what dynamic sampling spends more of).
+X_AXES = {"step": "step", "tokens": "tokens_total"}
+X_LABELS = {"step": "step", "tokens": "model tokens sampled (cumulative)"}
+
+
+def _series(history: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list[int], list[float]]:
+    """(x, value) of the records that have both: records written before `tokens_total` existed
+    have no place on a token axis."""
+    points = [(h[X_AXES[x]], h[key]) for h in history if h.get(key) is not None and h.get(X_AXES[x]) is not None]
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def training_curve(history: list[dict[str, Any]], out: Path, footer: str) -> list[Path]:
-    """Figure 1: reward mean and solve rate per step (raw and smoothed), loss and KL below."""
+def has_tokens(history: list[dict[str, Any]]) -> bool:
+    """Whether a history can be drawn against sampled tokens."""
+    return any(h.get(X_AXES["tokens"]) is not None for h in history)
+
+
+def training_curve(history: list[dict[str, Any]], out: Path, footer: str, x: str = "step") -> list[Path]:
+    """Figure 1: reward mean and solve rate per step (raw and smoothed), loss and KL below;
+    `x="tokens"` draws them against the model tokens sampled so far."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 2])
     for key, colour in (("reward_mean", "#264653"), ("solve_rate", "#2a9d8f")):
-        steps, values = _series(history, key)
+        steps, values = _series(history, key, x)
         top.plot(steps, values, "o", color=colour, alpha=0.35, markersize=3)
         top.plot(steps, smooth(values), "-", color=colour, label=f"{key} (smoothed)")
     top.set_ylabel("per step")
-    top.set_title("GRPO training")
+    top.set_title("GRPO training" + (" per sampled token" if x == "tokens" else ""))
     top.legend(loc="best", fontsize=8)
     top.grid(alpha=0.3)
-    steps, loss = _series(history, "loss")
+    steps, loss = _series(history, "loss", x)
     bottom.plot(steps, loss, "-", color="#e76f51", label="loss")
     bottom.set_ylabel("loss")
-    bottom.set_xlabel("step")
+    bottom.set_xlabel(X_LABELS[x])
     bottom.grid(alpha=0.3)
-    steps_kl, kl = _series(history, "kl")
+    steps_kl, kl = _series(history, "kl", x)
     if kl:
         twin = bottom.twinx()
         twin.plot(steps_kl, kl, "-", color="#8d99ae", label="KL (k3)")
@@ -203,16 +217,18 @@ def changes_figure(before: dict[str, Any], after: dict[str, Any], out: Path, foo
     return _save(fig, out, footer)
 
 
-def comparison(runs: dict[str, list[dict[str, Any]]], out: Path, footer: str, key: str = "reward_mean") -> list[Path]:
-    """Figure 5: one smoothed curve per run (e.g. on-policy vs frozen sampler)."""
+def comparison(runs: dict[str, list[dict[str, Any]]], out: Path, footer: str, key: str = "reward_mean",
+               x: str = "step") -> list[Path]:
+    """Figure 5: one smoothed curve per run (e.g. on-policy vs frozen sampler), against the step
+    or (`x="tokens"`) the model tokens each run sampled."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, history in runs.items():
-        steps, values = _series(history, key)
+        steps, values = _series(history, key, x)
         line, = ax.plot(steps, smooth(values), "-", label=name)
         ax.plot(steps, values, "o", color=line.get_color(), alpha=0.3, markersize=3)
-    ax.set_xlabel("step")
+    ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel(f"{key} (smoothed; dots: per step)")
-    ax.set_title(f"{key} per run")
+    ax.set_title(f"{key} per run" + (" per sampled token" if x == "tokens" else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, out, footer)
@@ -224,7 +240,10 @@ def run_figures(run_dir: Path, out_dir: Path | None = None, eval_before: Path | 
     run_dir = Path(run_dir)
     out_dir = out_dir or run_dir / "figures"
     footer = run_label(run_dir)
-    written = training_curve(read_history(run_dir), out_dir / "training_curve", footer)
+    history = read_history(run_dir)
+    written = training_curve(history, out_dir / "training_curve", footer)
+    if has_tokens(history):
+        written += training_curve(history, out_dir / "training_curve_tokens", footer, x="tokens")
     eval_before = eval_before or (run_dir / "eval-before.json")
     eval_after = eval_after or (run_dir / "eval-after.json")
     if Path(eval_before).is_file() and Path(eval_after).is_file():

@@ -1,7 +1,7 @@
 """`mlx-swe-rl watch RUN_DIR`: a local web page that follows a run from its files alone.
 
 The server reads what the trainer writes (history.jsonl, rollouts.jsonl, eval-*.json,
-config.yaml; on a data-parallel run rank 0 writes the same files) and serves one page plus two
+config.yaml, passrates.json; on a data-parallel run rank 0 writes the same files) and serves one page plus two
 JSON endpoints; the page polls them and redraws, so a finished run and one still going look
 the same. Nothing here imports MLX or loads a model.
 
@@ -26,6 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from ..rl.passrates import PASSRATES_FILE, PassRates
 
 HOST = "127.0.0.1"
 PAGE_DIR = Path(__file__).with_name("watch_page")
@@ -144,6 +146,12 @@ def _eval_summary(data: bytes) -> dict[str, Any]:
             "puzzles": {r["id"]: r.get("pass@1") for r in rows if isinstance(r, dict) and "id" in r}}
 
 
+def _pass_rates(data: bytes) -> dict[str, Any]:
+    """The pass-rate estimates as the page shows them: the step they are at, one row per puzzle."""
+    rates = PassRates.from_json(json.loads(data))  # PassRateError is a ValueError: tried again later
+    return {"step": rates.step, "decay": rates.decay, "puzzles": rates.rows()}
+
+
 def _config(data: bytes) -> dict[str, Any]:
     text = data.decode("utf-8", "replace")
     parsed = yaml.safe_load(text)
@@ -229,6 +237,7 @@ class RunWatcher:
     history: JsonlTail = field(init=False)
     rollouts: JsonlTail = field(init=False)
     config: CachedFile = field(init=False)
+    pass_rates: CachedFile = field(init=False)
     evals: dict[str, CachedFile] = field(default_factory=dict)
     _puzzles: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -238,6 +247,7 @@ class RunWatcher:
         self.history = JsonlTail(self.run_dir / "history.jsonl")
         self.rollouts = JsonlTail(self.run_dir / "rollouts.jsonl")
         self.config = CachedFile(self.run_dir / "config.yaml", _config)
+        self.pass_rates = CachedFile(self.run_dir / PASSRATES_FILE, _pass_rates)
 
     def _read_evals(self) -> dict[str, dict[str, Any]]:
         for path in self.run_dir.glob("eval-*.json"):
@@ -255,6 +265,7 @@ class RunWatcher:
             rollouts = self.rollouts.read()
             config = self.config.read() or {"text": "", "values": {}}
             evals = self._read_evals()
+            pass_rates = self.pass_rates.read()  # None for runs made before pass rates existed
         values = config["values"]
         sampling, train = values.get("sampling") or {}, values.get("train") or {}
         alarms = [{"step": h.get("step"), "name": str(a.get("name", "?")), "message": str(a.get("message", ""))}
@@ -274,6 +285,7 @@ class RunWatcher:
             "max_tokens": sampling.get("max_tokens"), "eval_max_tokens": train.get("eval_max_tokens"),
             "total_steps": train.get("steps"), "final_eval": train.get("final_eval"),
             "config": values, "config_text": config["text"], "history": history, "alarms": alarms,
+            "pass_rates": pass_rates,
             "evals": [{"name": name, **{k: v for k, v in e.items() if k != "puzzles"}} for name, e in evals.items()],
             "puzzle_changes": _puzzle_changes(evals),
             "rollout_steps": [{"step": s, "solved": c[0], "completions": c[1], "errored": c[2]}
@@ -319,7 +331,7 @@ class RunWatcher:
     def _last_change(self) -> float | None:
         stamps = []
         for path in [self.run_dir / "history.jsonl", self.run_dir / "rollouts.jsonl",
-                     *self.run_dir.glob("eval-*.json")]:
+                     self.run_dir / PASSRATES_FILE, *self.run_dir.glob("eval-*.json")]:
             try:
                 stamps.append(path.stat().st_mtime)
             except FileNotFoundError:

@@ -14,6 +14,10 @@ const CHARTS = [
    series: [["truncation_rate", "hit the token limit", "#f4a261"]]},
   {title: "Zero-variance groups (no signal)", min: 0, max: 1, percent: true,
    series: [["zero_var_frac", "groups with equal rewards", "#8a94a6"]]},
+  // only for runs with dynamic sampling (train.dynamic_sampling): replacement groups were drawn
+  {title: "Groups per step (dynamic sampling)", min: 0, when: d => cfg(d, "train", "dynamic_sampling")?.enabled === true,
+   series: [["groups_sampled", "sampled", "#8a94a6"], ["groups_kept", "in the loss", "#2a9d8f"],
+            ["extra_groups", "replacements", "#e9c46a"]]},
   // only for runs that had a puzzle the scorer could not score (its episodes got reward 0, no loss)
   {title: "Episodes not scored (puzzle errors)", min: 0, when: d => d.history.some(r => r.errored > 0),
    series: [["errored", "error verdicts", "#d1495b"]]},
@@ -91,7 +95,7 @@ async function poll() {
     const signature = [d.history.length, d.updated, d.evals.length, d.rollout_steps.length, d.alarms.length].join("|");
     if (signature !== state.signature) {
       state.signature = signature;
-      drawAlarms(d); drawTiles(d); drawCharts(d); drawEvals(d); drawStepSelect(d); drawConfig(d);
+      drawAlarms(d); drawTiles(d); drawCharts(d); drawPassRates(d); drawEvals(d); drawStepSelect(d); drawConfig(d);
       await refreshRollouts(d);
     }
     document.body.classList.remove("offline");
@@ -174,6 +178,8 @@ function drawTiles(d) {
       : tile("kl", fmt(last.kl), "entropy " + fmt(last.entropy)),
     tile("step time", duration(stepMean), "mean of " + steps.length + "; sampling " + pct(mean(h.map(r => r.sample_s).filter(num)) / stepMean)),
     tile("peak memory", isFinite(peak) ? fmt(peak) + " GB" : "–", "MLX peak, largest step"),
+    num(last.tokens_total) ? tile("tokens sampled", fmt(last.tokens_total), fmt(last.sampled_tokens) + " this step" +
+                                  (last.extra_tokens ? ", " + fmt(last.extra_tokens) + " on replacements" : "")) : null,
     errored.length ? tile("not scored", String(last.errored), errored.length + " step(s) had error verdicts, " +
                           errored.reduce((a, r) => a + r.errored, 0) + " episodes in all", "down") : null,
     tile("alarms", String(d.alarms.length), d.alarms.length ? "latest: " + d.alarms[d.alarms.length - 1].name : "none tripped",
@@ -291,6 +297,30 @@ function drawChart(card, spec, d) {
   catcher.addEventListener("mouseleave", () => { guide.setAttribute("visibility", "hidden"); hideTooltip(); });
   root.appendChild(catcher);
   card.appendChild(root);
+}
+
+// --- pass-rate estimates ---------------------------------------------------------------------
+const PASS_RATE_ROWS = 40;
+function drawPassRates(d) {
+  const box = document.getElementById("pass-rates"), rates = d.pass_rates;
+  box.hidden = !rates;
+  if (!rates) return replace(box);  // a run made before pass rates were kept
+  const rows = rates.puzzles, band = (lo, hi) => rows.filter(r => r.mean > lo && r.mean <= hi).length;
+  const order = cfg(d, "train", "order") || "epoch";
+  const note = rows.length + " puzzles after step " + rates.step + ": " + band(0.1, 0.9) + " with an estimate " +
+    "between 10% and 90%, " + band(0.9, 1) + " above, " + band(-1, 0.1) + " below \u00B7 order: " + order +
+    (order === "learnable" ? " (the most learnable first)" : " (shown, not used)") + " \u00B7 decay " + rates.decay;
+  const table = el("table", {},
+    el("thead", {}, el("tr", {}, ["puzzle", "pass rate", "\u00B1 sd", "outcomes", "last sampled"]
+      .map((c, i) => el("th", {class: i ? "num" : null, text: c})))),
+    el("tbody", {}, rows.slice(0, PASS_RATE_ROWS).map(r => el("tr", {}, el("td", {text: r.id}),
+      el("td", {class: "num", text: pct(r.mean)}), el("td", {class: "num ci", text: pct(r.sd)}),
+      el("td", {class: "num", text: fmt(r.outcomes, 3)}),
+      el("td", {class: "num", text: r.last_step ? "step " + r.last_step : "never"})))));
+  replace(box, el("h2", {text: "Pass-rate estimates"}),
+          el("div", {class: "card"}, el("h3", {text: note}), table,
+             rows.length > PASS_RATE_ROWS ? el("div", {class: "empty", text: (rows.length - PASS_RATE_ROWS) +
+               " more in passrates.json"}) : null));
 }
 
 // --- evaluations -----------------------------------------------------------------------------
