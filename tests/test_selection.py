@@ -11,6 +11,7 @@ import pytest
 
 import mlx_swe_rl.rl.selection as selection
 from mlx_swe_rl.rl.config import load_config
+from mlx_swe_rl.rl.passrates import PassRates, restore
 from mlx_swe_rl.rl.policy import lora_layers
 from mlx_swe_rl.rl.trainer import TrainingError, eval_puzzles, train, training_puzzles
 from test_trainer import ChoiceEnv, synth_cfg
@@ -77,6 +78,11 @@ def test_train_calibrates_and_trains_on_the_mixed_puzzles(tmp_path, tiny_model_d
     assert {p for h in result.history for p in h["puzzles"]} <= set(mixed)
     assert any(line.startswith("calibrating 12 puzzles") for line in logs)
     assert any(f"training on the {len(mixed)} mixed puzzles" in line for line in logs)
+    # the pass-rate estimates of the training puzzles start from their calibration outcomes
+    rates = PassRates.from_json(json.loads((cfg.run_dir / "passrates.json").read_text()))
+    assert list(rates.alpha) == mixed and rates.step == 2
+    assert rates == restore(cfg.run_dir, None, 2, mixed, cfg.train.pass_rate_decay, cfg.run_dir / "calibration.json")
+    assert rates != restore(cfg.run_dir, None, 2, mixed, cfg.train.pass_rate_decay, cfg.run_dir / "none.json")
 
 
 def test_calibration_samples_the_base_model(tmp_path, tiny_model_dir, tiny_model, chosen, monkeypatch):

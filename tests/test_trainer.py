@@ -324,6 +324,14 @@ def test_a_run_saved_before_a_key_existed_resumes_with_its_default(tmp_path):
         rundir.check_resumable(tmp_path, load_config(None, ["optim.lr=0.5"]))
     with pytest.raises(TrainingError, match="'multi_turn'"):
         rundir.check_resumable(tmp_path, load_config(None, ["multi_turn.max_turns=2"]))
+    # the data order and dynamic sampling shape the weights: an old run resumes as it ran (epoch, off)
+    for key in ("order", "pass_rate_decay", "dynamic_sampling"):
+        del old["train"][key]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    rundir.check_resumable(tmp_path, load_config(None, ["train.steps=8"]))
+    for change in ("train.order=learnable", "train.dynamic_sampling.enabled=true", "train.pass_rate_decay=0.5"):
+        with pytest.raises(TrainingError, match="'train'"):
+            rundir.check_resumable(tmp_path, load_config(None, [change]))
     old["grpo"]["retired_key"] = 1
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     with pytest.raises(TrainingError, match="grpo.retired_key: unknown key"):
