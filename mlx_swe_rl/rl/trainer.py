@@ -434,12 +434,15 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         seen = read_history(run_dir, missing_ok=True) if main and start_step else []  # for the alarms
         state = None
         if main:  # the pass rates at the checkpoint's step (the live file may be later: it is not read)
-            state = restore(run_dir, checkpoint if resume else None, start_step, [p.id for p in puzzles],
-                            cfg.train.pass_rate_decay, run_dir / CALIBRATION_FILE).to_json()
+            state = restore(run_dir, checkpoint, start_step, [p.id for p in puzzles], cfg.train.pass_rate_decay,
+                            run_dir / CALIBRATION_FILE).to_json()
             write_json_atomic(run_dir / PASSRATES_FILE, state)
         start_step = dist.sync_ranks(policy.model, optimizer, start_step)
         rates = PassRates.from_json(dist.all_gather_json(state)[0])  # rank 0's, on every rank
         tokens_total = int(dist.broadcast({"tokens": sum(sampled_tokens(h, cfg) for h in seen)})["tokens"])
+        if cfg.train.order == "learnable" and cfg.train.puzzles_per_step > len(puzzles):
+            log(f"train.order=learnable: {len(puzzles)} training puzzles, fewer than train.puzzles_per_step="
+                f"{cfg.train.puzzles_per_step}: each step samples every puzzle once")
 
         evaluated = (policy.model, policy.tokenizer, eval_env, eval_set, cfg)
         if cfg.train.final_eval and start_step == 0 and eval_set:
