@@ -67,6 +67,7 @@ function fmt(v, digits = 3) {
   if (a < 0.001) return v.toExponential(1);
   return String(Number(v.toPrecision(digits)));
 }
+function count(v) { return num(v) ? Math.round(v).toLocaleString("en-US") : "–"; }
 function pct(v) { return num(v) ? (100 * v).toFixed(1) + "%" : "–"; }
 function duration(s) {
   if (!num(s)) return "–";
@@ -178,8 +179,8 @@ function drawTiles(d) {
       : tile("kl", fmt(last.kl), "entropy " + fmt(last.entropy)),
     tile("step time", duration(stepMean), "mean of " + steps.length + "; sampling " + pct(mean(h.map(r => r.sample_s).filter(num)) / stepMean)),
     tile("peak memory", isFinite(peak) ? fmt(peak) + " GB" : "–", "MLX peak, largest step"),
-    num(last.tokens_total) ? tile("tokens sampled", fmt(last.tokens_total), fmt(last.sampled_tokens) + " this step" +
-                                  (last.extra_tokens ? ", " + fmt(last.extra_tokens) + " on replacements" : "")) : null,
+    num(last.tokens_total) ? tile("tokens sampled", count(last.tokens_total), count(last.sampled_tokens) + " this step" +
+                                  (last.extra_tokens ? ", " + count(last.extra_tokens) + " on replacements" : "")) : null,
     errored.length ? tile("not scored", String(last.errored), errored.length + " step(s) had error verdicts, " +
                           errored.reduce((a, r) => a + r.errored, 0) + " episodes in all", "down") : null,
     tile("alarms", String(d.alarms.length), d.alarms.length ? "latest: " + d.alarms[d.alarms.length - 1].name : "none tripped",
