@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from mlx.utils import tree_flatten
 
+import mlx_swe_rl.rl.policy as policy_module
 import mlx_swe_rl.rl.rundir as rundir
 import mlx_swe_rl.rl.trainer as trainer_module
 from mlx_swe_rl.rl.config import load_config
@@ -183,13 +184,13 @@ def test_adapters_off_is_exactly_the_base_model(tiny_model_dir, tiny_model):
 # ------------------------------------------------------------------------------ 3. KL
 def count_adapters_off(monkeypatch) -> list[int]:
     calls = [0]
-    original = trainer_module.adapters_off
+    original = policy_module.adapters_off
 
     def counting(model):
         calls[0] += 1
         return original(model)
 
-    monkeypatch.setattr(trainer_module, "adapters_off", counting)
+    monkeypatch.setattr(policy_module, "adapters_off", counting)
     return calls
 
 

@@ -19,7 +19,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.tuner.lora import LoRALinear
 
-from .config import FinetuneConfig
+from .config import Config, FinetuneConfig
 from .grpo import token_log_probs
 
 
@@ -299,3 +299,41 @@ def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = Fa
     else:
         hidden = first
     return head_log_probs(model, hidden, batch.tokens, batch.positions(), with_entropy)
+
+
+# --- the model bundle ------------------------------------------------------------------------
+
+@dataclass
+class Policy:
+    """The model being trained, its tokenizer, and how to reach the reference / initial policy."""
+
+    model: nn.Module
+    tokenizer: Any
+    config: Config
+    reference: nn.Module | None = None  # full mode: the frozen copy
+
+    def reference_logits_model(self):
+        """A context manager yielding the reference model (LoRA: the same model, adapters off)."""
+        if self.reference is not None:
+            return contextlib.nullcontext(self.reference)
+        return adapters_off(self.model)
+
+    def sampling_model(self):
+        """The model to sample from: the policy (on_policy) or the initial weights (frozen)."""
+        if self.config.sampling.mode == "frozen":
+            return self.reference_logits_model()
+        return contextlib.nullcontext(self.model)
+
+
+def build_policy(cfg: Config) -> Policy:
+    """The policy a run trains: the model with LoRA (or all weights) trainable, and in full
+    mode the frozen reference copy when the KL term or the frozen sampler needs it."""
+    from ..models.specs import load_model
+
+    model, tokenizer = load_model(cfg.model.spec, dtype=cfg.model.dtype)
+    mx.random.seed(cfg.seed)  # LoRA's A matrices are drawn at random: same config, same start
+    prepare_policy(model, cfg.finetune)
+    reference = None
+    if cfg.finetune.mode == "full" and (cfg.grpo.beta > 0 or cfg.sampling.mode == "frozen"):
+        reference = frozen_reference(cfg.model.spec, cfg.model.dtype, cfg.finetune.reference_bits)
+    return Policy(model, tokenizer, cfg, reference)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
@@ -303,3 +303,27 @@ def category(group: list[Rollout]) -> str:
     if solved == len(group):
         return ALL_SOLVED
     return MIXED if solved else ALL_FAILED
+
+
+# --- dynamic sampling -------------------------------------------------------------------------
+
+def refill_seed(seed: int, round_: int) -> int:
+    """The sampling seed of a step's `round_`-th replacement draw (dynamic sampling)."""
+    return (seed + round_ * 15_485_863) % (2**31)
+
+
+def refill(batch: RolloutBatch, spare: list[Puzzle], cap: int,
+           draw: Callable[[list[Puzzle], int], RolloutBatch]) -> tuple[RolloutBatch, int]:
+    """Dynamic sampling: while fewer of `batch`'s groups are `informative` than it had puzzles,
+    draw groups of as many more puzzles (the next of `spare`, in order; `draw(puzzles, round)`
+    samples and scores them), `cap` of them at most. Returns every group sampled (the first
+    batch's, then the replacements') and how many replacement groups that was."""
+    wanted, used, round_ = len(batch.groups), 0, 0
+    while True:
+        missing = wanted - sum(informative(group) for group in batch.groups)
+        n = min(missing, cap - used, len(spare) - used)
+        if n <= 0:
+            return batch, used
+        round_ += 1
+        batch = batch.joined(draw(spare[used:used + n], round_))
+        used += n

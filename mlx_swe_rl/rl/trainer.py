@@ -21,7 +21,6 @@ keeps the same pass-rate estimates (from all ranks' rollouts), so all choose the
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -38,11 +37,11 @@ from . import distributed as dist
 from .config import Config
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import GroupBatch, adapters_off, frozen_reference, group_log_probs, prepare_policy
+from .policy import GroupBatch, Policy, build_policy, group_log_probs
 from ..puzzles.format import Puzzle
 from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
 from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history, write_json_atomic
-from .rollouts import Rollout, RolloutBatch, collect_rollouts, informative
+from .rollouts import Rollout, RolloutBatch, collect_rollouts, informative, refill, refill_seed
 from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
                      training_puzzles)
 from .selection import CALIBRATION_FILE, SelectionError, select_training_puzzles
@@ -56,47 +55,6 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """The RNG seed of one step (sampling and dropout), derived so resume reproduces it; each
     rank of a data-parallel run gets its own (rank 0 the single-process one)."""
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31)
-
-
-def refill_seed(seed: int, round_: int) -> int:
-    """The sampling seed of a step's `round_`-th replacement draw (dynamic sampling)."""
-    return (seed + round_ * 15_485_863) % (2**31)
-
-
-# --- the model bundle --------------------------------------------------------------------------
-
-@dataclass
-class Policy:
-    """The model being trained, its tokenizer, and how to reach the reference / initial policy."""
-
-    model: nn.Module
-    tokenizer: Any
-    config: Config
-    reference: nn.Module | None = None  # full mode: the frozen copy
-
-    def reference_logits_model(self):
-        """A context manager yielding the reference model (LoRA: the same model, adapters off)."""
-        if self.reference is not None:
-            return contextlib.nullcontext(self.reference)
-        return adapters_off(self.model)
-
-    def sampling_model(self):
-        """The model to sample from: the policy (on_policy) or the initial weights (frozen)."""
-        if self.config.sampling.mode == "frozen":
-            return self.reference_logits_model()
-        return contextlib.nullcontext(self.model)
-
-
-def build_policy(cfg: Config) -> Policy:
-    from ..models.specs import load_model
-
-    model, tokenizer = load_model(cfg.model.spec, dtype=cfg.model.dtype)
-    mx.random.seed(cfg.seed)  # LoRA's A matrices are drawn at random: same config, same start
-    prepare_policy(model, cfg.finetune)
-    reference = None
-    if cfg.finetune.mode == "full" and (cfg.grpo.beta > 0 or cfg.sampling.mode == "frozen"):
-        reference = frozen_reference(cfg.model.spec, cfg.model.dtype, cfg.finetune.reference_bits)
-    return Policy(model, tokenizer, cfg, reference)
 
 
 def make_optimizer(cfg: Config) -> optim.Optimizer:
@@ -268,23 +226,6 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
         for key, value in {**sums, "grad_norm": norm}.items():
             totals[key] = totals.get(key, 0.0) + value / g.num_iterations
     return totals
-
-
-def refill(batch: RolloutBatch, spare: list[Puzzle], cap: int,
-           draw: Callable[[list[Puzzle], int], RolloutBatch]) -> tuple[RolloutBatch, int]:
-    """Dynamic sampling: while fewer of `batch`'s groups are `informative` than it had puzzles,
-    draw groups of as many more puzzles (the next of `spare`, in order; `draw(puzzles, round)`
-    samples and scores them), `cap` of them at most. Returns every group sampled (the first
-    batch's, then the replacements') and how many replacement groups that was."""
-    wanted, used, round_ = len(batch.groups), 0, 0
-    while True:
-        missing = wanted - sum(informative(group) for group in batch.groups)
-        n = min(missing, cap - used, len(spare) - used)
-        if n <= 0:
-            return batch, used
-        round_ += 1
-        batch = batch.joined(draw(spare[used:used + n], round_))
-        used += n
 
 
 def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list[Puzzle], step: int,
