@@ -47,10 +47,11 @@ class PromptEnv:
         raise AssertionError("fixed rollouts are not scored")
 
 
-def fixed_rollouts(model, tokenizer, env, puzzles, *, group_size, max_tokens, **_):
+def fixed_rollouts(model, tokenizer, env, puzzles, plan, **_):
     """G completions per puzzle that depend on the puzzle id only: random token ids of random
     length (some truncated), rewards in {0, 0.5, 1}; one puzzle in three gets equal rewards
     (a zero-variance group)."""
+    group_size, max_tokens = plan.group_size, plan.max_tokens
     prompts = [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
     groups = []
     for p in puzzles:

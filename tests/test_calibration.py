@@ -16,6 +16,7 @@ from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Rollout, category
 from mlx_swe_rl.models.sampling import Sample
 from mlx_swe_rl.puzzles.trainset import TrainSetError, load_train_set, source_directory, write_train_set
+from mlx_swe_rl.rl.config import SamplingPlan
 
 EPS = 1e-4
 
@@ -258,8 +259,8 @@ def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds, b
     scripts = {"a": [1, 0, 1, 1], "b": [0, 0, 0, 0], "c": [0, 0, 1, 0], "d": [1, 1, 1, 1], "e": [0, 1, 0, 0]}
     puzzles = [p for p in load_puzzles(tiers=["easy"])[:5]]
     env = ScriptedEnv({p.id: script for p, script in zip(puzzles, scripts.values())})
-    report = calibrate(model, tokenizer, env, puzzles, group_size=4, temperature=0.8, max_tokens=4,
-                       rounds=rounds, batch_size=batch_size, progress=False)
+    report = calibrate(model, tokenizer, env, puzzles, SamplingPlan(4, 0.8, 4, batch_size=batch_size), rounds=rounds,
+                       progress=False)
     rows = {row["id"]: row for row in report["puzzles"]}
     by_script = {name: rows[p.id] for name, p in zip(scripts, puzzles)}
     # The same category as from all four samples, however many rounds.

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from mlx_swe_rl.cli.eval import main
 from mlx_swe_rl.rl.evaluation import pass_at_k, totals
 from mlx_swe_rl.puzzles.format import load_puzzles
+from mlx_swe_rl.rl.config import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPLETION_FIELDS = {"text", "num_tokens", "truncated", "finish", "code", "format_ok", "reward", "reward_parts",
@@ -237,8 +238,8 @@ def test_evaluation_survives_and_reports_a_puzzle_that_cannot_be_scored(tiny_mod
     model, tokenizer = tiny_model
     split = TestSplit(public=1) if turns > 1 else None
     with CodeFixEnv(good + [broken], scorer, split=split) as env:
-        report = evaluate(model, tokenizer, env, good + [broken], samples=2, temperature=1.0, max_tokens=4,
-                          turns=turns, progress=False)
+        report = evaluate(model, tokenizer, env, good + [broken], SamplingPlan(2, 1.0, 4, max_turns=turns),
+                          progress=False)
     rows = {r["id"]: r for r in report["puzzles"]}
     assert list(rows) == [good[0].id, good[1].id, "broken_oracle"]
     assert report["errored"] == [{"id": "broken_oracle", "completions": 2, "error": rows["broken_oracle"]["error"]}]

@@ -21,6 +21,7 @@ from mlx_swe_rl.rl import policy as policy_module
 from mlx_swe_rl.rl.grpo import grpo_objective
 from mlx_swe_rl.rl.policy import GroupBatch, group_log_probs
 from mlx_swe_rl.rl.rollouts import collect_rollouts, encode_prompts
+from mlx_swe_rl.rl.config import SamplingPlan
 from scripted import Scripted, script_table
 
 # A Qwen2.5-style ChatML template (default system prompt when there is none), as Qwen models ship.
@@ -146,8 +147,7 @@ def test_hidden_tests_never_reach_the_feedback_nor_a_prompt(scorer, tiny_model):
         prompts = encode_prompts(tokenizer, env, [PUZZLE])
         (end,) = tokenizer.eos_token_ids
         scripted = Scripted(model, script_table(tokenizer, prompts, [HOSTILE]), end)
-        batch = collect_rollouts(scripted, tokenizer, env, [PUZZLE], group_size=1, temperature=0.0,
-                                 max_tokens=800, max_turns=2)
+        batch = collect_rollouts(scripted, tokenizer, env, [PUZZLE], SamplingPlan(1, 0.0, 800, max_turns=2))
     (episode,) = batch.groups[0]
     assert len(episode.turns) == 2 and episode.turns[0].info["feedback"] == info["feedback"]
     ids, _ = episode.sequence()
@@ -325,8 +325,8 @@ def test_calibration_of_multi_turn_episodes(tiny_model, chosen):
 
     model, tokenizer = tiny_model
     puzzles = load_puzzles(tiers=["easy"])[:4]
-    report = calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, group_size=4, temperature=1.0, max_tokens=6,
-                       turns=2, progress=False)
+    report = calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, SamplingPlan(4, 1.0, 6, max_turns=2),
+                       progress=False)
     assert report["settings"]["turns"] == 2
     for row in report["puzzles"]:
         assert row["samples"] == 4
@@ -334,8 +334,8 @@ def test_calibration_of_multi_turn_episodes(tiny_model, chosen):
             assert 1 <= len(c["turns"]) <= 2
             assert c["solved"] == c["turns"][-1]["solved"]  # an episode is judged by its last answer
     with pytest.raises(ValueError, match="single-turn"):
-        calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, group_size=4, temperature=1.0, max_tokens=6,
-                  turns=2, rounds=2, progress=False)
+        calibrate(model, tokenizer, FeedbackEnv(chosen), puzzles, SamplingPlan(4, 1.0, 6, max_turns=2), rounds=2,
+                  progress=False)
 
 
 # ---------------------------------------------------------------------------------- set-up for public tests

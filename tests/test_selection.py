@@ -4,6 +4,7 @@ reuses it on --resume. On the tiny model with test_trainer's synthetic reward.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mlx.core as mx
@@ -47,13 +48,15 @@ def mixed_cfg(tmp_path, model_dir, name: str, *overrides: str):
 def spy_calibrate(monkeypatch) -> list[dict]:
     calls, original = [], selection.calibrate
 
-    def spy(model, tokenizer, env, puzzles, **kwargs):
+    def spy(model, tokenizer, env, puzzles, plan, **kwargs):
         layers = lora_layers(model)
         model.eval()
-        calls.append({"puzzles": [p.id for p in puzzles], "kwargs": kwargs, "logits": model(PROBE),
+        # the settings it calibrates with: the resolved sampling plan and the calibration's own
+        calls.append({"puzzles": [p.id for p in puzzles], "kwargs": {**dataclasses.asdict(plan), **kwargs},
+                      "logits": model(PROBE),
                       "lora_b_zero": all(not mx.any(layer.lora_b != 0).item() for layer in layers),
                       "scales": [layer.scale for layer in layers]})
-        return original(model, tokenizer, env, puzzles, **kwargs)
+        return original(model, tokenizer, env, puzzles, plan, **kwargs)
 
     monkeypatch.setattr(selection, "calibrate", spy)
     return calls

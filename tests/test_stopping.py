@@ -20,6 +20,7 @@ from mlx_swe_rl.models.sampling import sample
 from mlx_swe_rl.puzzles.format import Puzzle
 from mlx_swe_rl.rl.evaluation import evaluate
 from mlx_swe_rl.rl.rollouts import encode_prompts
+from mlx_swe_rl.rl.config import SamplingPlan
 from scripted import Scripted, script_table
 
 ANSWER = "def add(a, b):\n    return a + b"
@@ -148,8 +149,8 @@ def test_evaluate_stops_after_the_answer_and_full_completions_restore_the_old_ou
         prompts = encode_prompts(tokenizer, env, [puzzle])
         (eos,) = tokenizer.eos_token_ids
         scripted_model = Scripted(model, script_table(tokenizer, prompts, [SCRIPT]), eos)
-        short = evaluate(scripted_model, tokenizer, env, [puzzle], max_tokens=200, progress=False)
-        full = evaluate(scripted_model, tokenizer, env, [puzzle], max_tokens=200, stop_after_answer=False,
+        short = evaluate(scripted_model, tokenizer, env, [puzzle], SamplingPlan(1, 0.0, 200), progress=False)
+        full = evaluate(scripted_model, tokenizer, env, [puzzle], SamplingPlan(1, 0.0, 200, stop_after_answer=False),
                         progress=False)
     (a,), (b,) = short["puzzles"][0]["completions"], full["puzzles"][0]["completions"]
     assert a["finish"] == "stop" and b["finish"] == "eos" and b["text"] == SCRIPT

@@ -8,6 +8,7 @@ visibly lowers it). One test runs the real command line with the real sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -437,10 +438,11 @@ def record_sampling(monkeypatch) -> tuple[list[dict], list]:
         policies.append(policy)
         return policy
 
-    def collect(model, tokenizer, env, puzzles, **kwargs):
+    def collect(model, tokenizer, env, puzzles, plan, **kwargs):
         scales = [layer.scale for layer in lora_layers(model)]
-        batch = original_collect(model, tokenizer, env, puzzles, **kwargs)
-        calls.append({"model": model, "scales": scales, "puzzles": puzzles, "kwargs": kwargs,
+        batch = original_collect(model, tokenizer, env, puzzles, plan, **kwargs)
+        calls.append({"model": model, "scales": scales, "puzzles": puzzles, "plan": plan,
+                      "kwargs": {**dataclasses.asdict(plan), **kwargs},
                       "ids": [s.sample.token_ids for g in batch.groups for s in g]})
         return batch
 
@@ -452,7 +454,7 @@ def record_sampling(monkeypatch) -> tuple[list[dict], list]:
 def initial_model_samples(tiny_model, env, call) -> list[list[int]]:
     """What the untrained base model samples for a recorded call (same puzzles and seed)."""
     base, tokenizer = tiny_model
-    batch = collect_rollouts(base, tokenizer, env, call["puzzles"], **call["kwargs"])
+    batch = collect_rollouts(base, tokenizer, env, call["puzzles"], call["plan"])
     return [s.sample.token_ids for g in batch.groups for s in g]
 
 
@@ -686,9 +688,9 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
     calls, losses = [], []
     original_collect, original_loss = trainer_module.collect_rollouts, trainer_module.loss_inputs
 
-    def collect(model, tokenizer, env, puzzles, **kwargs):
+    def collect(model, tokenizer, env, puzzles, plan, **kwargs):
         calls.append([p.id for p in puzzles])
-        return original_collect(model, tokenizer, env, puzzles, **kwargs)
+        return original_collect(model, tokenizer, env, puzzles, plan, **kwargs)
 
     def loss(rollouts, cfg):
         groups, info = original_loss(rollouts, cfg)

@@ -332,6 +332,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
+    from ..rl.config import SamplingPlan
     from ..puzzles.trainset import source_directory
     from ..puzzles.trainset import write_train_set as save_train_set
 
@@ -340,10 +341,10 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     if turns > 1 and rounds > 1:
         fail("--rounds: calibration rounds need single-turn episodes (--turns 1)")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
+    plan = SamplingPlan(group_size, temperature, max_tokens, seed=seed, batch_size=batch_size,
+                        stop_after_answer=not full_completions, max_turns=turns)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
-        model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, rounds=rounds, stop_after_answer=not full_completions, turns=turns),
-        answer_format, test_split)
+        model, tokenizer, env, puzzles, plan, rounds=rounds), answer_format, test_split)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..rl.config import SamplingPlan
 from ..rl.evaluation import evaluate, format_report, read_report
 from ..rl.stats import compare_reports, format_changes
 from ..runfiles import default_out_path, write_json_atomic
@@ -43,10 +44,10 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
         earlier = read_report(baseline) if baseline is not None else None
     except ValueError as exc:
         fail(f"--baseline: {exc}")
+    plan = SamplingPlan(samples, temperature, max_tokens, seed=seed, batch_size=batch_size,
+                        stop_after_answer=not full_completions, max_turns=turns)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
-        model, tokenizer, env, puzzles, samples=samples, temperature=temperature, max_tokens=max_tokens,
-        seed=seed, batch_size=batch_size, stop_after_answer=not full_completions, turns=turns,
-        best_of_n=best_of_n and turns > 1), answer_format, test_split)
+        model, tokenizer, env, puzzles, plan, best_of_n=best_of_n and turns > 1), answer_format, test_split)
     click.echo(format_report(report))
     if earlier is not None:
         changes = compare_reports(earlier, report)

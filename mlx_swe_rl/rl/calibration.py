@@ -16,14 +16,14 @@ from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from ..models.sampling import Sample, sample
+from .config import SamplingPlan
 from .rollouts import MIXED, Rollout, category, collect_rollouts, encode_prompts, score_samples, stop_rules
 
 
-def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, group_size: int,
-              temperature: float, max_tokens: int, seed: int = 0, batch_size: int = 32,
-              advantage: str = "std", rounds: int = 1, stop_after_answer: bool = True, turns: int = 1,
-              progress: bool = True) -> dict[str, Any]:
-    """Sample G completions per puzzle and report solve rate, category and advantages.
+def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
+              advantage: str = "std", rounds: int = 1, progress: bool = True) -> dict[str, Any]:
+    """Sample G (`plan.group_size`) completions per puzzle and report solve rate, category and
+    advantages.
 
     `rounds` > 1 samples G in that many rounds and stops sampling a puzzle once it is mixed: a
     mixed group stays mixed whatever else is drawn, so every puzzle gets the category it would
@@ -32,19 +32,17 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     continuous batch: a puzzle's next round joins as soon as its last one is finished and
     scored, while other puzzles decode, so no round waits for the slowest completion of all.
 
-    `turns` > 1 (an env with a test split) calibrates multi-turn episodes: a puzzle is mixed
-    when some of its G episodes end solved and some do not (one round only).
+    `plan.max_turns` > 1 (an env with a test split) calibrates multi-turn episodes: a puzzle is
+    mixed when some of its G episodes end solved and some do not (one round only).
     """
-    settings = {"group_size": group_size, "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
-                "advantage": advantage, "rounds": rounds, "stop_after_answer": stop_after_answer,
-                **({"turns": turns} if turns > 1 else {})}
+    group_size, turns = plan.group_size, plan.max_turns
+    settings = {"group_size": group_size, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
+                "seed": plan.seed, "advantage": advantage, "rounds": rounds,
+                "stop_after_answer": plan.stop_after_answer, **({"turns": turns} if turns > 1 else {})}
     if turns > 1:
         if rounds > 1:
             raise ValueError("calibration rounds need single-turn episodes (turns 1)")
-        batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=group_size, temperature=temperature,
-                                 max_tokens=max_tokens, seed=seed, batch_size=batch_size,
-                                 stop_after_answer=stop_after_answer, max_turns=turns, progress=progress,
-                                 desc="rollouts")
+        batch = collect_rollouts(model, tokenizer, env, puzzles, plan, progress=progress, desc="rollouts")
         outcomes = {p.id: group for p, group in zip(puzzles, batch.groups)}
         return _report(puzzles, outcomes, batch.stats, advantage, settings)
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
@@ -80,10 +78,11 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         stopped.add(e)
         return False
 
-    stops = stop_rules(env, puzzles, stop_after_answer)
+    stops = stop_rules(env, puzzles, plan.stop_after_answer)
     stats = sample(model, tokenizer, [prompts[e // n_rounds] for e in entries],
-                   group_size=[sizes[e % n_rounds] for e in entries], max_tokens=max_tokens,
-                   temperature=temperature, seed=seed, batch_size=batch_size, logprobs=False,
+                   group_size=[sizes[e % n_rounds] for e in entries], max_tokens=plan.max_tokens,
+                   temperature=plan.temperature, top_p=plan.top_p, seed=plan.seed, batch_size=plan.batch_size,
+                   logprobs=False,
                    stop=[stops[e // n_rounds] for e in entries] if stops else None,
                    gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
                    progress=progress, desc="rollouts").stats

@@ -90,6 +90,28 @@ class SamplingConfig:
                      doc="on_policy: sample from the policy being trained; frozen: always from the initial weights")
 
 
+@dataclass(frozen=True)
+class SamplingPlan:
+    """How one phase samples (a training step, an evaluation, a calibration), resolved once and
+    passed whole: `collect_rollouts`, `evaluate`, `calibrate` and the memory preflight read the
+    same object, so a default is filled in one place (`Config.train_sampling`, `eval_sampling`,
+    `calibration_sampling`; the `eval` and `rollouts` commands build theirs from their options)."""
+
+    group_size: int  # completions (episodes) per puzzle
+    temperature: float
+    max_tokens: int  # new tokens per answer
+    top_p: float = 1.0
+    seed: int | None = 0
+    batch_size: int = 32  # completions decoded together
+    stop_after_answer: bool = True  # end an answer at the fence closing its code block
+    max_turns: int = 1  # answers per episode (multi-turn repair when > 1)
+    turn_penalty: float = 0.0  # subtracted from an episode's reward per extra turn
+
+    def but(self, **changes: Any) -> "SamplingPlan":
+        """This plan with some settings changed."""
+        return dataclasses.replace(self, **changes)
+
+
 @dataclass
 class MultiTurnConfig:
     max_turns: int = meta(1, min=1, doc="answers per episode: after a failed one the model reads the public tests' "
@@ -243,6 +265,26 @@ class Config:
     def eval_turns(self) -> int:
         """Answers per episode in the run's evaluations (train.eval_turns, else multi_turn's)."""
         return self.train.eval_turns or self.multi_turn.max_turns
+
+    def train_sampling(self, seed: int | None = None) -> SamplingPlan:
+        """A training step's sampling (`seed`: the step's; default the run's)."""
+        s, m = self.sampling, self.multi_turn
+        return SamplingPlan(s.group_size, s.temperature, s.max_tokens, s.top_p, self.seed if seed is None else seed,
+                            s.batch_size, s.stop_after_answer, m.max_turns, m.turn_penalty)
+
+    def eval_sampling(self) -> SamplingPlan:
+        """The run's evaluations: greedy with one sample, else avg@K at the sampling temperature."""
+        s, t = self.sampling, self.train
+        return SamplingPlan(t.eval_samples, 0.0 if t.eval_samples == 1 else s.temperature,
+                            t.eval_max_tokens or s.max_tokens, seed=self.seed, batch_size=s.batch_size,
+                            stop_after_answer=s.stop_after_answer, max_turns=self.eval_turns)
+
+    def calibration_sampling(self) -> SamplingPlan:
+        """The calibration of `puzzles.select: mixed`: puzzles.calibration, its nulls from sampling."""
+        c, s = self.puzzles.calibration, self.sampling
+        return SamplingPlan(c.group_size or s.group_size, s.temperature if c.temperature is None else c.temperature,
+                            c.max_tokens or s.max_tokens, seed=self.seed, batch_size=s.batch_size,
+                            stop_after_answer=s.stop_after_answer)
 
 
 def from_dict(cls: type, data: Any, path: str = "") -> Any:

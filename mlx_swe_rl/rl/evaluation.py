@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
 from .rollouts import Rollout, collect_rollouts
-from .config import Config
+from .config import Config, SamplingPlan
 from ..runfiles import run_metadata, write_json_atomic
 from .stats import bootstrap_ci, compare_reports, format_changes
 
@@ -33,24 +33,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, samples: int = 1,
-             temperature: float = 0.0, max_tokens: int = 384, seed: int = 0, batch_size: int = 32,
-             stop_after_answer: bool = True, turns: int = 1, best_of_n: bool = False,
-             progress: bool = True) -> dict[str, Any]:
+def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
+             best_of_n: bool = False, progress: bool = True) -> dict[str, Any]:
     """Sample and score, and return the report: per-puzzle results with every completion,
-    and totals per tier and split. With `stop_after_answer` completions end where their answer
-    does (the block the answer is read from), so the prose after it is never generated.
+    and totals per tier and split. `plan.group_size` is the samples per puzzle (K of avg@K).
+    With `plan.stop_after_answer` completions end where their answer does (the block the
+    answer is read from), so the prose after it is never generated.
 
-    `turns` > 1 (an env with a test split) evaluates multi-turn repair: each of the `samples`
-    episodes answers up to `turns` times, reading the public tests' feedback; a puzzle's pass@1
-    is then the share of episodes solved (on the hidden tests) within `turns` answers, and
+    `plan.max_turns` > 1 (an env with a test split) evaluates multi-turn repair: each episode
+    answers up to that many times, reading the public tests' feedback; a puzzle's pass@1 is
+    then the share of episodes solved (on the hidden tests) within those answers, and
     `multi_turn` holds the per-turn totals (`turn_totals`). `best_of_n` adds the compute-matched
-    baseline: `turns` independent single-turn answers per episode, the first that passes the
+    baseline: as many independent single-turn answers per episode, the first that passes the
     public tests (else the last) judged on the hidden tests."""
     start = time.perf_counter()
-    batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=samples, temperature=temperature,
-                             max_tokens=max_tokens, seed=seed, batch_size=batch_size,
-                             stop_after_answer=stop_after_answer, max_turns=turns, progress=progress, desc="eval")
+    samples, turns = plan.group_size, plan.max_turns
+    batch = collect_rollouts(model, tokenizer, env, puzzles, plan, progress=progress, desc="eval")
     split = getattr(env, "split", None)
     rows = []
     for puzzle, group in zip(batch.puzzles, batch.groups):
@@ -71,13 +69,10 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     if turns > 1:
         report_extra["multi_turn"] = turn_totals([r for g in batch.groups for r in g], turns)
     if best_of_n:
-        report_extra["best_of_n"] = best_of_public(model, tokenizer, env, puzzles, samples=samples, n=turns,
-                                                   temperature=temperature, max_tokens=max_tokens, seed=seed,
-                                                   batch_size=batch_size, stop_after_answer=stop_after_answer,
-                                                   progress=progress)
+        report_extra["best_of_n"] = best_of_public(model, tokenizer, env, puzzles, plan, progress=progress)
     return {
-        "settings": {"samples": samples, "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
-                     "stop_after_answer": stop_after_answer,
+        "settings": {"samples": samples, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
+                     "seed": plan.seed, "stop_after_answer": plan.stop_after_answer,
                      **({"turns": turns, "split": dataclasses.asdict(split)} if turns > 1 else {})},
         "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
                    "prefill_seconds": stats.prefill_seconds,
@@ -104,12 +99,7 @@ def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzz
     if dist.is_main():
         run_dir = cfg.run_dir
         model.eval()
-        samples = cfg.train.eval_samples
-        report = evaluate(model, tokenizer, env, puzzles, samples=samples,
-                          temperature=0.0 if samples == 1 else cfg.sampling.temperature, seed=cfg.seed,
-                          max_tokens=cfg.train.eval_max_tokens or cfg.sampling.max_tokens,
-                          batch_size=cfg.sampling.batch_size, stop_after_answer=cfg.sampling.stop_after_answer,
-                          turns=cfg.eval_turns, progress=progress)
+        report = evaluate(model, tokenizer, env, puzzles, cfg.eval_sampling(), progress=progress)
         report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
         before_path = run_dir / "eval-before.json"
         if name == "after" and before_path.is_file():
@@ -153,13 +143,15 @@ def turn_totals(episodes: list[Rollout], turns: int) -> dict[str, Any]:
     }
 
 
-def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], *, samples: int, n: int,
-                   **sampling: Any) -> dict[str, Any]:
-    """The compute-matched baseline of an N-turn evaluation: n independent answers per episode
-    (single-turn, other random draws), keeping the first that passes the public tests, else
-    the last, judged on the hidden tests."""
-    batch = collect_rollouts(model, tokenizer, env, puzzles, group_size=samples * n, desc="best of n",
-                             **sampling)
+def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
+                   progress: bool = True) -> dict[str, Any]:
+    """The compute-matched baseline of an N-turn evaluation (`plan`: K episodes of N turns): N
+    independent answers per episode (single-turn, other random draws), keeping the first that
+    passes the public tests, else the last, judged on the hidden tests."""
+    samples, n = plan.group_size, plan.max_turns
+    batch = collect_rollouts(model, tokenizer, env, puzzles, plan.but(group_size=samples * n, max_turns=1,
+                                                                      turn_penalty=0.0),
+                             progress=progress, desc="best of n")
     per_puzzle = []
     for puzzle, group in zip(batch.puzzles, batch.groups):
         picks = []

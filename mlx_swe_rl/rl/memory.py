@@ -173,16 +173,16 @@ class Workload:
         number of puzzles calibrated (puzzles.select: mixed)."""
         s, t, f = cfg.sampling, cfg.train, cfg.finetune
         micro = min(t.micro_batch_size, s.group_size)
-        phases = {"sampling": Sampling(t.puzzles_per_step * s.group_size,
-                                       episode_tokens(cfg, cfg.multi_turn.max_turns, s.max_tokens), train_prompt)}
+        # the same resolved settings the phases sample with
+        train, evals, calibration = cfg.train_sampling(), cfg.eval_sampling(), cfg.calibration_sampling()
+        phases = {"sampling": Sampling(t.puzzles_per_step * train.group_size,
+                                       episode_tokens(cfg, train.max_turns, train.max_tokens), train_prompt)}
         if eval_puzzles and (t.final_eval or t.eval_every):
-            phases["eval"] = Sampling(eval_puzzles * t.eval_samples,
-                                      episode_tokens(cfg, cfg.eval_turns,
-                                                     t.eval_max_tokens or s.max_tokens), eval_prompt)
+            phases["eval"] = Sampling(eval_puzzles * evals.group_size,
+                                      episode_tokens(cfg, evals.max_turns, evals.max_tokens), eval_prompt)
         if candidates and cfg.puzzles.select == "mixed":
-            c = cfg.puzzles.calibration
-            phases["calibration"] = Sampling(candidates * (c.group_size or s.group_size),
-                                             c.max_tokens or s.max_tokens, train_prompt)
+            phases["calibration"] = Sampling(candidates * calibration.group_size, calibration.max_tokens,
+                                             train_prompt)
         blocks = shape.layers if f.lora.num_layers < 0 else min(f.lora.num_layers, shape.layers)
         return cls(dtype_bytes=DTYPE_BYTES[cfg.model.dtype], mode=f.mode,
                    reference=f.mode == "full" and (cfg.grpo.beta > 0 or s.mode == "frozen"),

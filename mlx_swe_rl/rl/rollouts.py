@@ -18,6 +18,7 @@ from ..puzzles.format import Puzzle
 from ..models.chat import ChatFrame, render
 from ..models.sampling import EOS, Sample, SampleStats, encode_chat, sample
 from ..stopping import StopRule
+from .config import SamplingPlan
 
 ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 
@@ -158,31 +159,25 @@ def collect_rollouts(
     tokenizer: Any,
     env: CodeFixEnv,  # or any object with the same prompt_for / score methods
     puzzles: list[Puzzle],
+    plan: SamplingPlan,
     *,
-    group_size: int,
-    temperature: float,
-    max_tokens: int,
-    top_p: float = 1.0,
-    seed: int | None = 0,
-    batch_size: int = 32,
-    stop_after_answer: bool = True,
-    max_turns: int = 1,
-    turn_penalty: float = 0.0,
     progress: bool = False,
     desc: str = "sampling",
 ) -> RolloutBatch:
-    """Sample `group_size` completions (episodes) for each puzzle in one batch and score them.
-    With `stop_after_answer` a completion ends where its answer does (`CodeFixEnv.stop_rule`).
+    """Sample `plan.group_size` completions (episodes) for each puzzle in one batch and score
+    them. With `plan.stop_after_answer` a completion ends where its answer does
+    (`CodeFixEnv.stop_rule`).
 
-    `max_turns` > 1 (an env with a test split): an episode whose answer fails its public tests
-    gets the env's feedback as a new user turn and answers again, up to `max_turns` answers; its
-    reward is the last answer's, less `turn_penalty` per extra turn. Turns are scored as they
-    finish and later turns join the running batch (`sample(follow_up=...)`)."""
+    `plan.max_turns` > 1 (an env with a test split): an episode whose answer fails its public
+    tests gets the env's feedback as a new user turn and answers again, up to `max_turns`
+    answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. Turns are
+    scored as they finish and later turns join the running batch (`sample(follow_up=...)`)."""
+    group_size = plan.group_size
     prompts = encode_prompts(tokenizer, env, puzzles)
-    episodes = _Episodes(tokenizer, env, puzzles, prompts, max_turns) if max_turns > 1 else None
-    result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=max_tokens,
-                    temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-                    stop=stop_rules(env, puzzles, stop_after_answer),
+    episodes = _Episodes(tokenizer, env, puzzles, prompts, plan.max_turns) if plan.max_turns > 1 else None
+    result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=plan.max_tokens,
+                    temperature=plan.temperature, top_p=plan.top_p, seed=plan.seed, batch_size=plan.batch_size,
+                    stop=stop_rules(env, puzzles, plan.stop_after_answer),
                     follow_up=episodes.follow_up if episodes else None,
                     logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
     if episodes is None:
@@ -191,7 +186,7 @@ def collect_rollouts(
         groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
         return RolloutBatch(puzzles, prompts, groups, result.stats, time.perf_counter() - start)
     episodes.score_waiting()  # the last answers, which had no next turn to decide
-    groups = [[episodes.rollout(p, s, result.later, turn_penalty) for s in group]
+    groups = [[episodes.rollout(p, s, result.later, plan.turn_penalty) for s in group]
               for p, group in zip(puzzles, result.groups)]
     return RolloutBatch(puzzles, prompts, groups, result.stats, episodes.score_seconds)
 

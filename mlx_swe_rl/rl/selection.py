@@ -30,11 +30,10 @@ class SelectionError(RuntimeError):
 
 
 def calibration_settings(cfg: Config) -> dict[str, Any]:
-    """The calibration's keyword arguments: puzzles.calibration, its nulls filled from sampling."""
-    c, s = cfg.puzzles.calibration, cfg.sampling
-    return {"group_size": c.group_size or s.group_size,
-            "temperature": s.temperature if c.temperature is None else c.temperature,
-            "max_tokens": c.max_tokens or s.max_tokens, "rounds": c.rounds}
+    """What the log line and train-set.json say of the calibration (`Config.calibration_sampling`)."""
+    plan = cfg.calibration_sampling()
+    return {"group_size": plan.group_size, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
+            "rounds": cfg.puzzles.calibration.rounds}
 
 
 def check_settings(cfg: Config) -> None:
@@ -87,9 +86,8 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
     log(f"calibrating {len(candidates)} puzzles with the initial weights (G={settings['group_size']}, "
         f"T={settings['temperature']}, <= {settings['max_tokens']} tokens, {settings['rounds']} rounds)")
     model.eval()
-    report = calibrate(model, tokenizer, env, candidates, **settings, seed=cfg.seed,
-                       batch_size=cfg.sampling.batch_size, advantage=cfg.grpo.advantage,
-                       stop_after_answer=cfg.sampling.stop_after_answer, progress=progress)
+    report = calibrate(model, tokenizer, env, candidates, cfg.calibration_sampling(), advantage=cfg.grpo.advantage,
+                       rounds=cfg.puzzles.calibration.rounds, progress=progress)
     mixed = [p for p, row in zip(candidates, report["puzzles"]) if row["category"] == MIXED]
     write_json_atomic(run_dir / CALIBRATION_FILE, report)
     counts = ", ".join(f"{k} {report['categories'].get(k, 0)}" for k in ("mixed", "all-failed", "all-solved"))

@@ -235,7 +235,6 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     With `train.dynamic_sampling` on (one process only), groups that cannot teach are replaced
     by groups of `spare` puzzles, in order (`refill`); the record's `puzzles` lists them all."""
     cfg = policy.config
-    s = cfg.sampling
     start = time.perf_counter()
     mx.reset_peak_memory()
     seed = step_seed(cfg.seed, step, dist.rank())
@@ -247,11 +246,8 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     if mine:
         with policy.sampling_model() as sampler:
             def draw(chosen: list[Puzzle], round_: int) -> RolloutBatch:
-                return collect_rollouts(sampler, policy.tokenizer, env, chosen, group_size=s.group_size,
-                                        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                                        seed=refill_seed(seed, round_) if round_ else seed, batch_size=s.batch_size,
-                                        stop_after_answer=s.stop_after_answer, max_turns=cfg.multi_turn.max_turns,
-                                        turn_penalty=cfg.multi_turn.turn_penalty, progress=progress,
+                plan = cfg.train_sampling(refill_seed(seed, round_) if round_ else seed)
+                return collect_rollouts(sampler, policy.tokenizer, env, chosen, plan, progress=progress,
                                         desc=f"step {step} sampling" + (f" (replacements {round_})" if round_ else ""))
 
             rollouts = draw(mine, 0)
