@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX; matplotlib is imported below)
-from mlx_swe_rl.env.rewards import ANSWER_KINDS, Completion, answer_kind
+from mlx_swe_rl.env.rewards import ANSWER_KINDS, answer_kind_shares
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.puzzles.trainset import load_train_set
 from mlx_swe_rl.reports.figures import smooth
@@ -176,9 +176,7 @@ def answer_kinds(runs_dir: Path, experiment: Experiment) -> dict[str, dict[str, 
             report = load(runs_dir / f"eval-{run}-{s}.json")
             if report is None:
                 continue
-            kinds = [answer_kind(Completion(puzzles[row["id"]], c["code"], None), c["solved"])
-                     for row in report["puzzles"] for c in row["completions"]]
-            out.setdefault(run, {})[s] = {k: kinds.count(k) / len(kinds) for k in ANSWER_KINDS}
+            out.setdefault(run, {})[s] = answer_kind_shares(report["puzzles"], puzzles)
     return out
 
 

@@ -1,10 +1,12 @@
 """The FAIL_TO_PASS results: the miner's funnel (every rule, then every reason a repository-test
 candidate was dropped and the modules its tests missed), the FAIL_TO_PASS tasks per split, the
-timings, and each model's pass rate on the held-out FAIL_TO_PASS tasks from `mlx-swe-rl eval`
-reports. Writes docs/results/mine-tests.json; nothing in it is typed by hand.
+timings, and each model's pass rate on the FAIL_TO_PASS tasks of each split from `mlx-swe-rl eval`
+reports (a model may have one report per split). Writes docs/results/mine-tests.json; nothing in
+it is typed by hand.
 
     python scripts/mine_tests_report.py --mined outputs/mined-f2p \
-        --eval smollm2-135m=outputs/eval/f2p-smollm2.json --eval qwen2.5-coder-0.5b=outputs/eval/f2p-qwen05.json
+        --eval smollm2-135m=outputs/eval/f2p-heldout-smollm2-135m.json \
+        --eval smollm2-135m=outputs/eval/f2p-train-smollm2-135m.json ...
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlx_swe_rl.puzzles.format import load_puzzles  # noqa: E402
+from mlx_swe_rl.env.rewards import answer_kind_shares  # noqa: E402
+from mlx_swe_rl.puzzles.format import Puzzle, load_puzzles  # noqa: E402
 from mlx_swe_rl.puzzles.repotests import repo_tests  # noqa: E402
 from mlx_swe_rl.rl.stats import bootstrap_ci  # noqa: E402
 
@@ -34,15 +37,20 @@ def task_counts(mined: Path) -> dict:
     return out
 
 
-def pass_rate(report: dict, ids: set[str]) -> dict:
-    """Mean pass@1 (avg@K) with its 95% bootstrap interval over the FAIL_TO_PASS tasks of an eval report."""
+def pass_rate(report: dict, ids: set[str], puzzles: dict[str, Puzzle]) -> dict | None:
+    """Mean pass@1 (avg@K) with its 95% bootstrap interval over the tasks of `ids` an eval report
+    holds (None when it holds none); a task is "mixed" when some of its K answers pass and some fail.
+    `answer_kinds`: what the answers did (solved, no answer, the buggy code given back, ...)."""
     rows = [r for r in report["puzzles"] if r["id"] in ids]
     if not rows:
-        raise SystemExit("an eval report holds none of the held-out FAIL_TO_PASS tasks")
+        return None
     mean, low, high = bootstrap_ci([r["pass@1"] for r in rows])
     return {"tasks": len(rows), "samples": rows[0]["samples"], "pass@1": mean, "ci95": [low, high],
             "tasks_solved_once": sum(r["solved"] > 0 for r in rows), "answers_solved": sum(r["solved"] for r in rows),
-            "answers": sum(r["samples"] for r in rows), "settings": report["settings"],
+            "answers": sum(r["samples"] for r in rows),
+            "tasks_mixed": sum(0 < r["solved"] < r["samples"] for r in rows),
+            "per_task": {r["id"]: r["solved"] for r in rows},
+            "answer_kinds": answer_kind_shares(rows, puzzles), "settings": report["settings"],
             "seconds": round(report["timing"]["seconds"], 1)}
 
 
@@ -50,13 +58,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mined", type=Path, required=True, help="the directory `puzzles mine` wrote")
     parser.add_argument("--eval", action="append", default=[], metavar="MODEL=PATH",
-                        help="an `mlx-swe-rl eval` report on the held-out FAIL_TO_PASS tasks")
+                        help="an `mlx-swe-rl eval` report on FAIL_TO_PASS tasks (repeat: one per model and split)")
+    parser.add_argument("--note", default="", help="how the timings were measured (the machine, what else ran)")
     parser.add_argument("--out", type=Path, default=Path("docs/results/mine-tests.json"))
     args = parser.parse_args()
     summary = json.loads((args.mined / "mine.json").read_text())
     if not summary.get("repo_tests"):
         raise SystemExit(f"{args.mined}: mined without repository tests")
-    heldout = {p.id for p in load_puzzles(args.mined) if repo_tests(p) is not None and p.split == "heldout"}
+    tasks = [p for p in load_puzzles(args.mined) if repo_tests(p) is not None]
+    splits = {split: {p.id for p in tasks if p.split == split} for split in ("train", "heldout")}
     data = {
         "repository": {k: summary["repository"][k] for k in ("name", "head", "licence")},
         "settings": summary["settings"],
@@ -66,12 +76,17 @@ def main() -> None:
         "timing": {"mine_seconds": summary["timing"]["seconds"],
                    "repo_tests_seconds": summary["repo_tests"]["seconds"],
                    "seconds_per_pytest_run": summary["repo_tests"]["seconds_per_run"],
-                   "note": "measured on 2 cores shared with another engineer's training runs"},
+                   "note": args.note},
         "base_pass_rates": {},
     }
     for item in args.eval:
         model, _, path = item.partition("=")
-        data["base_pass_rates"][model] = pass_rate(json.loads(Path(path).read_text()), heldout)
+        report = json.loads(Path(path).read_text())
+        rates = {split: rate for split, ids in splits.items()
+                 if (rate := pass_rate(report, ids, {p.id: p for p in tasks})) is not None}
+        if not rates:
+            raise SystemExit(f"{path}: holds none of the FAIL_TO_PASS tasks of {args.mined}")
+        data["base_pass_rates"].setdefault(model, {}).update(rates)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: data[k] for k in ("repo_tests", "fail_to_pass_tasks", "timing", "base_pass_rates")}, indent=1))

@@ -172,6 +172,15 @@ def test_answer_kind_names_what_an_answer_did():
     assert kind(STUB) == "other edit"
 
 
+def test_answer_kind_shares_read_an_evaluation_report():
+    rows = [{"id": SPAN.id, "completions": [{"code": SPAN_ORACLE, "solved": True}, {"code": None, "solved": False},
+                                            {"code": SPAN_BUGGY, "solved": False}, {"code": STUB, "solved": False}]}]
+    shares = rewards.answer_kind_shares(rows, {SPAN.id: SPAN})
+    assert list(shares) == list(rewards.ANSWER_KINDS)
+    assert shares == {"solved": 0.25, "no answer": 0.25, "buggy code unchanged": 0.25, "toward the fix": 0.0,
+                      "other edit": 0.25}
+
+
 def test_progress_format_failure_is_minus_one():
     assert progress_reward(completion(None, None)) == -1.0
     assert progress_reward(completion("def total(xs)\n    return sum(xs)\n")) == -1.0

@@ -117,6 +117,14 @@ def answer_kind(c: Completion, solved: bool) -> str:
     return "buggy code unchanged" if unchanged else "other edit"
 
 
+def answer_kind_shares(rows: list[dict], puzzles: Mapping[str, Puzzle]) -> dict[str, float]:
+    """The share of each of ANSWER_KINDS among the completions of evaluation report rows (`eval
+    --out`'s `puzzles`: each with its `id` and `completions`, whose `code` and `solved` were recorded)."""
+    kinds = [answer_kind(Completion(puzzles[row["id"]], c["code"], None), c["solved"])
+             for row in rows for c in row["completions"]]
+    return {k: kinds.count(k) / len(kinds) for k in ANSWER_KINDS}
+
+
 def format_reward(c: Completion) -> float:
     """1.0 when the response holds code that parses and defines the entry point."""
     return 1.0 if well_formed(c) else 0.0
