@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import mlx_swe_rl.rl.trainer as trainer  # noqa: E402  (imports mlx after the BLAS preload)
 from mlx_swe_rl.rl import distributed as dist  # noqa: E402
-from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch  # noqa: E402
+from mlx_swe_rl.rl.rollouts import Episode, RolloutBatch  # noqa: E402
 from mlx_swe_rl.models.sampling import Sample, SampleStats, encode_chat  # noqa: E402
 
 INFO = {"code": None, "format_ok": True, "passed": 0, "total": 1, "tests": [], "reward_parts": {}}
@@ -63,7 +63,7 @@ def fixed_rollouts(model, tokenizer, env, puzzles, plan, **_):
             ids = [int(i) for i in rng.integers(3, 500, size=n)]
             reward = 0.5 if key % 3 == 0 else float(rng.integers(0, 3)) / 2
             sample = Sample(0, ids, tokenizer.decode(ids), [0.0] * n, "length" if n == max_tokens else "eos")
-            group.append(Rollout(p.id, sample, reward, reward == 1.0, dict(INFO, passed=int(reward == 1.0))))
+            group.append(Episode.single(p.id, sample, reward, reward == 1.0, dict(INFO, passed=int(reward == 1.0))))
         groups.append(group)
     generated = sum(r.sample.num_tokens for g in groups for r in g)
     stats = SampleStats(generated_tokens=generated, seconds=0.01, completions=len(puzzles) * group_size)

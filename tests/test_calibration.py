@@ -13,7 +13,7 @@ from mlx_swe_rl.env import codefix as env_module
 from mlx_swe_rl.cli.app import main
 from mlx_swe_rl.cli.eval import main as eval_main
 from mlx_swe_rl.puzzles.format import load_puzzles
-from mlx_swe_rl.rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Rollout, category
+from mlx_swe_rl.rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED, Episode, category
 from mlx_swe_rl.models.sampling import Sample
 from mlx_swe_rl.puzzles.trainset import TrainSetError, load_train_set, source_directory, write_train_set
 from mlx_swe_rl.rl.config import SamplingPlan
@@ -31,9 +31,9 @@ def rollout_args(model_dir, out, *extra):
 
 
 # ---------------------------------------------------------------------------------- categories
-def rollout(solved: bool, reward: float | None = None) -> Rollout:
+def rollout(solved: bool, reward: float | None = None) -> Episode:
     sample = Sample(0, [1, 2], "text", [-0.1, -0.2], "eos")
-    return Rollout("p", sample, float(solved) if reward is None else reward, solved, {})
+    return Episode.single("p", sample, float(solved) if reward is None else reward, solved, {})
 
 
 def test_category_hand_built():

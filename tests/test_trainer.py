@@ -548,14 +548,14 @@ def test_step_puzzles_order():
 # ------------------------------------------------------------------------------ 10. a puzzle that cannot be scored
 def test_an_errored_group_drops_out_of_the_loss(tmp_path, tiny_model_dir):
     from mlx_swe_rl.models.sampling import Sample, SampleStats
-    from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch
+    from mlx_swe_rl.rl.rollouts import Episode, RolloutBatch
     from mlx_swe_rl.rl.trainer import loss_inputs
 
     cfg = synth_cfg(tmp_path, tiny_model_dir, "errored")
 
-    def group(pid: str, rewards: list[float], error: str | None = None) -> list[Rollout]:
+    def group(pid: str, rewards: list[float], error: str | None = None) -> list[Episode]:
         info = {"code": None, "solved": False, **({"error": error} if error else {})}
-        return [Rollout(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, False, info) for i, r in enumerate(rewards)]
+        return [Episode.single(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, False, info) for i, r in enumerate(rewards)]
 
     # rewards that differ within the errored group (a reward part that needs no test run, say)
     batch = RolloutBatch([], [[1, 2], [3, 4]], [group("good", [1.0, 0.0]), group("broken", [0.5, 0.0], "oracle")],
@@ -743,11 +743,11 @@ def test_phantom_groups_leave_the_loss_only_with_dynamic_sampling(tmp_path, tiny
     """All answers failed, shaped rewards differ: today's loss keeps the group (reward variance),
     dynamic sampling drops it (no correctness signal: verl's phantom gradients)."""
     from mlx_swe_rl.models.sampling import Sample, SampleStats
-    from mlx_swe_rl.rl.rollouts import Rollout, RolloutBatch
+    from mlx_swe_rl.rl.rollouts import Episode, RolloutBatch
     from mlx_swe_rl.rl.trainer import loss_inputs
 
-    def group(pid: str, rewards: list[float], solved: list[bool]) -> list[Rollout]:
-        return [Rollout(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, s, {"code": None, "solved": s})
+    def group(pid: str, rewards: list[float], solved: list[bool]) -> list[Episode]:
+        return [Episode.single(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, s, {"code": None, "solved": s})
                 for i, (r, s) in enumerate(zip(rewards, solved))]
 
     batch = RolloutBatch([], [[1, 2], [3, 4]], [group("mixed", [1.0, 0.2], [True, False]),

@@ -20,7 +20,7 @@ from mlx_swe_rl.models.sampling import Sample
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.reports.watch import PAGE_DIR, JsonlTail, WatchError, open_server
 from mlx_swe_rl.rl.evaluation import totals
-from mlx_swe_rl.rl.rollouts import DETAIL_CHARS, Rollout
+from mlx_swe_rl.rl.rollouts import DETAIL_CHARS, Episode
 from mlx_swe_rl.rl.stats import compare_reports
 
 PUZZLE = "average_score"  # a bundled easy puzzle
@@ -243,10 +243,12 @@ def test_rollout_summary_is_what_rollouts_jsonl_records():
     info = {"code": "def f(): pass", "format_ok": True, "passed": 1, "total": 2, "reward_parts": {"tests": 0.0},
             "tests": [{"index": 0, "status": "passed", "message": ""},
                       {"index": 1, "status": "failed", "message": "expected 1, got " + "9" * 500}]}
-    line = Rollout("p", Sample(0, [5, 6, 7], "text", [], "length"), 0.0, False, info).summary()
+    line = Episode.single("p", Sample(0, [5, 6, 7], "text", [], "length"), 0.0, False, info).summary()
     assert line == {"puzzle_id": "p", "reward": 0.0, "solved": False, "completion": "text", "tokens": 3,
                     "truncated": True, "code": "def f(): pass",
-                    "tests": [{"status": "passed", "detail": ""}, {"status": "failed", "detail": line["tests"][1]["detail"]}]}
+                    "tests": [{"status": "passed", "detail": ""}, {"status": "failed", "detail": line["tests"][1]["detail"]}],
+                    "turns": [{"text": "text", "num_tokens": 3, "finish": "length", "code": "def f(): pass",
+                               "public_ok": None, "public_passed": None, "solved": None, "reward": 0.0, "feedback": None}]}
     assert len(line["tests"][1]["detail"]) == DETAIL_CHARS and line["tests"][1]["detail"].startswith("expected 1, got 99")
     json.dumps(line)
 
@@ -335,9 +337,9 @@ def test_errored_steps_and_the_error_on_a_rollout_are_shown(server, run_dir):
 def test_rollout_summary_carries_the_error_of_an_error_verdict():
     info = {"code": None, "format_ok": False, "passed": 0, "total": 2, "reward_parts": {"tests": 0.0}, "tests": [],
             "error": "oracle failed to load: " + "x" * 900}
-    line = Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, info).summary()
+    line = Episode.single("p", Sample(0, [5], "text", [], "eos"), 0.0, False, info).summary()
     assert line["error"].startswith("oracle failed to load: ") and len(line["error"]) == 500
-    assert "error" not in Rollout("p", Sample(0, [5], "text", [], "eos"), 0.0, False, dict(info, error=None)).summary()
+    assert "error" not in Episode.single("p", Sample(0, [5], "text", [], "eos"), 0.0, False, dict(info, error=None)).summary()
 
 
 def test_pass_rate_estimates_are_shown_when_the_run_keeps_them(server, run_dir):

@@ -359,7 +359,7 @@ def _rollout_view(r: dict[str, Any], puzzle: Any) -> dict[str, Any]:
             "tests": [{"status": str(t.get("status", "?")), "detail": str(t.get("detail", ""))}
                       for t in tests if isinstance(t, dict)] if isinstance(tests, list) else None,
             "error": str(r["error"]) if r.get("error") else None,  # its puzzle could not be scored
-            "turns": [{"completion": str(t.get("completion", "")), "public_ok": t.get("public_ok"),
+            "turns": [{"completion": str(t.get("text", t.get("completion", ""))), "public_ok": t.get("public_ok"),
                        "solved": bool(t.get("solved")), "feedback": t.get("feedback")}
                       for t in r["turns"] if isinstance(t, dict)] if isinstance(r.get("turns"), list) else None}
 

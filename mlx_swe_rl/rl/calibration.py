@@ -17,7 +17,7 @@ from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from ..models.sampling import Sample, sample
 from .config import SamplingPlan
-from .rollouts import MIXED, Rollout, category, collect_rollouts, encode_prompts, score_samples, stop_rules
+from .rollouts import MIXED, Episode, category, collect_rollouts, encode_prompts, score_samples, stop_rules
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
@@ -54,7 +54,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     prompts = encode_prompts(tokenizer, env, puzzles)
     finished: dict[int, list[Sample]] = {e: [] for e in entries}
     scored: set[int] = set()
-    outcomes: dict[str, list[Rollout]] = {p.id: [] for p in puzzles}  # in round order
+    outcomes: dict[str, list[Episode]] = {p.id: [] for p in puzzles}  # in round order
     stopped: set[int] = set()  # entries gated out: their puzzle was already mixed
 
     def score(chosen: list[int]) -> None:
@@ -90,7 +90,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     return _report(puzzles, outcomes, stats, advantage, settings)
 
 
-def _report(puzzles: list[Puzzle], outcomes: dict[str, list[Rollout]], stats: Any, advantage: str,
+def _report(puzzles: list[Puzzle], outcomes: dict[str, list[Episode]], stats: Any, advantage: str,
             settings: dict[str, Any]) -> dict[str, Any]:
     """The calibration report: per puzzle its solve rate, category, rewards and advantages."""
     rows = []

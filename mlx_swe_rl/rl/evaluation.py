@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
-from .rollouts import Rollout, collect_rollouts
+from .rollouts import Episode, collect_rollouts
 from .config import Config, SamplingPlan
 from ..runfiles import run_metadata, write_json_atomic
 from .stats import bootstrap_ci, compare_reports, format_changes
@@ -112,7 +112,7 @@ def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzz
     return report
 
 
-def turn_totals(episodes: list[Rollout], turns: int) -> dict[str, Any]:
+def turn_totals(episodes: list[Episode], turns: int) -> dict[str, Any]:
     """Per-turn totals of multi-turn episodes: the share solved (hidden tests) after each turn
     (an episode that ended early keeps its last answer), the fix rate (episodes whose first
     answer failed and whose last one passed), the break rate (answers that passed the public

@@ -4,7 +4,7 @@ Training, evaluation and calibration all collect rollouts through `collect_rollo
 prompt, the sampler and the verdict are the same everywhere. A rollout is an episode: one turn
 (the completion, scored), or with `max_turns` > 1 up to that many, each later turn answering
 the feedback on the previous one (multi-turn repair). Its tokens after the prompt are the
-model's completions and the bridges between them, exactly as sampled (`Rollout.sequence`).
+model's completions and the bridges between them, exactly as sampled (`Episode.sequence`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 
 @dataclass
 class Turn:
-    """One turn of a multi-turn episode: the completion, its verdict (reward and the env's info,
-    with the public-test outcome and the feedback) and the ids that followed it (the bridge to
-    the next turn: its own end, the feedback as a user turn, the assistant header; none after
-    the last turn)."""
+    """One answer of an episode: the completion, its verdict (reward and the env's info; with a
+    test split, the public-test outcome and the feedback) and the ids that followed it (the
+    bridge to the next turn: its own end, the feedback as a user turn, the assistant header;
+    none after the last turn)."""
 
     sample: Sample
     reward: float
@@ -36,28 +36,42 @@ class Turn:
     bridge: list[int] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
-        info = self.info
-        return {"text": self.sample.text, "num_tokens": self.sample.num_tokens, "finish": self.sample.finish,
-                "code": info["code"], "public_ok": info.get("public_ok"), "public_passed": info.get("public_passed"),
-                "solved": info["solved"], "reward": self.reward,
+        """The turn as JSON, the same keys in evaluation reports and rollouts.jsonl."""
+        s, info = self.sample, self.info
+        return {"text": s.text, "num_tokens": s.num_tokens, "finish": s.finish,
+                "code": info.get("code"), "public_ok": info.get("public_ok"), "public_passed": info.get("public_passed"),
+                "solved": info.get("solved"), "reward": self.reward,
                 "feedback": info.get("feedback") if self.bridge else None,
-                **({"error": info["error"]} if info.get("error") else {})}
+                **({"error": _clip(info["error"], ERROR_CHARS)} if info.get("error") else {})}
 
 
 @dataclass
-class Rollout:
-    """One scored episode of one puzzle: `sample` is its (last) completion and `reward`, `solved`
-    and `info` its final verdict; `turns` lists every turn when there were several turns
-    allowed (empty for single-turn rollouts). `dropped`: not to be trained on (its ids did not
-    match what the chat template renders)."""
+class Episode:
+    """One scored episode of one puzzle, always made of turns: one for a single-turn rollout, up
+    to `max_turns` in multi-turn repair. `reward` and `solved` are its final verdict (the last
+    answer's, less the turn penalty); `info` is the last answer's. `dropped`: not to be trained
+    on (its ids did not match what the chat template renders)."""
 
     puzzle_id: str
-    sample: Sample
+    turns: list[Turn]
     reward: float
-    solved: bool  # as the env decided it (info["solved"])
-    info: dict[str, Any]
-    turns: list[Turn] = field(default_factory=list)
+    solved: bool  # as the env decided it for the last answer (info["solved"])
     dropped: bool = False
+
+    @classmethod
+    def single(cls, puzzle_id: str, sample: Sample, reward: float, solved: bool, info: dict[str, Any]) -> Episode:
+        """An episode of one answer, scored."""
+        return cls(puzzle_id, [Turn(sample, reward, info)], reward, solved)
+
+    @property
+    def sample(self) -> Sample:
+        """The last answer."""
+        return self.turns[-1].sample
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The env's verdict on the last answer."""
+        return self.turns[-1].info
 
     @property
     def error(self) -> str | None:
@@ -67,13 +81,11 @@ class Rollout:
     @property
     def model_tokens(self) -> int:
         """The tokens the model wrote, over all its turns."""
-        return sum(t.sample.num_tokens for t in self.turns) if self.turns else self.sample.num_tokens
+        return sum(t.sample.num_tokens for t in self.turns)
 
     def sequence(self) -> tuple[list[int], list[float]]:
         """The token ids after the prompt and the loss mask over them: 1 on the model's own
         tokens, 0 on the bridges between turns (feedback and template tokens: no gradient)."""
-        if not self.turns:
-            return list(self.sample.token_ids), [1.0] * self.sample.num_tokens
         ids: list[int] = []
         mask: list[float] = []
         for turn in self.turns:
@@ -82,7 +94,8 @@ class Rollout:
         return ids, mask
 
     def record(self) -> dict[str, Any]:
-        """A JSON-ready dict: the completion, extracted code, test results and reward."""
+        """A JSON-ready dict for evaluation reports: the last completion, extracted code, test
+        results and the final reward, then every turn (`Turn.record`)."""
         s = self.sample
         return {
             "text": s.text,
@@ -99,13 +112,15 @@ class Rollout:
             "total": self.info["total"],
             "tests": self.info["tests"],
             **({"error": self.error} if self.error else {}),
-            **({"turns": [t.record() for t in self.turns], "dropped": self.dropped} if self.turns else {}),
+            "turns": [t.record() for t in self.turns],
+            "dropped": self.dropped,
         }
 
     def summary(self) -> dict[str, Any]:
-        """The compact line the trainer appends to rollouts.jsonl for each completion: reward,
-        text, extracted code (None when the response held none) and one short outcome per test,
-        so a run can be read back (`mlx-swe-rl watch`) without rerunning anything."""
+        """The compact line the trainer appends to rollouts.jsonl for each episode: reward, the
+        last completion, extracted code (None when the response held none), one short outcome
+        per test, and every turn (`Turn.record`), so a run can be read back (`mlx-swe-rl
+        watch`) without rerunning anything."""
         return {
             "puzzle_id": self.puzzle_id,
             "reward": self.reward,
@@ -117,9 +132,7 @@ class Rollout:
             "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
                       for t in self.info.get("tests", [])],
             **({"error": _clip(self.error, ERROR_CHARS)} if self.error else {}),
-            **({"turns": [{"completion": t.sample.text, "code": t.info.get("code"), "public_ok": t.info.get("public_ok"),
-                           "solved": t.info.get("solved"), "feedback": t.info.get("feedback") if t.bridge else None}
-                          for t in self.turns]} if self.turns else {}),
+            "turns": [t.record() for t in self.turns],
         }
 
 
@@ -137,7 +150,7 @@ class RolloutBatch:
 
     puzzles: list[Puzzle]
     prompts: list[list[int]]
-    groups: list[list[Rollout]]
+    groups: list[list[Episode]]
     stats: SampleStats
     score_seconds: float = 0.0
 
@@ -256,8 +269,8 @@ class _Episodes:
         self.bridges[id(s)] = bridge
         return bridge
 
-    def rollout(self, puzzle: Puzzle, first: Sample, later: list[Sample], turn_penalty: float) -> Rollout:
-        """The episode that starts with `first`, as a Rollout of all its turns."""
+    def rollout(self, puzzle: Puzzle, first: Sample, later: list[Sample], turn_penalty: float) -> Episode:
+        """The episode that starts with `first`, as an Episode of all its turns."""
         children = {id(s.parent): s for s in later}
         turns = [first]
         while id(turns[-1]) in children:
@@ -265,8 +278,7 @@ class _Episodes:
         records = [Turn(s, *self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
         last = records[-1]
         reward = last.reward - turn_penalty * (len(records) - 1)
-        return Rollout(puzzle.id, last.sample, reward, last.info["solved"], last.info, records,
-                       dropped=id(first) in self.mismatched)
+        return Episode(puzzle.id, records, reward, last.info["solved"], dropped=id(first) in self.mismatched)
 
 
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
@@ -279,20 +291,20 @@ def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) 
     return [env.stop_rule(p.id) for p in puzzles] if stop_after_answer else None
 
 
-def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Rollout]:
+def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Episode]:
     """Score (puzzle, completion) pairs in one scorer call, as rollouts in the same order."""
     scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
-    return [Rollout(p.id, s, reward, info["solved"], info)
+    return [Episode.single(p.id, s, reward, info["solved"], info)
             for (p, s), (reward, info) in zip(pairs, scored)]
 
 
-def informative(group: list[Rollout]) -> bool:
+def informative(group: list[Episode]) -> bool:
     """Some answers solved and some not (by the binary outcome, whatever the shaped rewards), and
     no error verdict: the groups dynamic sampling keeps."""
     return category(group) == MIXED and not any(r.error for r in group)
 
 
-def category(group: list[Rollout]) -> str:
+def category(group: list[Episode]) -> str:
     """all-solved / mixed / all-failed: only mixed groups give GRPO a learning signal."""
     solved = sum(r.solved for r in group)
     if solved == len(group):

@@ -41,7 +41,7 @@ from .policy import GroupBatch, Policy, build_policy, group_log_probs
 from ..puzzles.format import Puzzle
 from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
 from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history, write_json_atomic
-from .rollouts import Rollout, RolloutBatch, collect_rollouts, informative, refill, refill_seed
+from .rollouts import Episode, RolloutBatch, collect_rollouts, informative, refill, refill_seed
 from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
                      training_puzzles)
 from .selection import CALIBRATION_FILE, SelectionError, select_training_puzzles
@@ -99,7 +99,7 @@ def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, 
     return out
 
 
-def scorable(group: list[Rollout]) -> bool:
+def scorable(group: list[Episode]) -> bool:
     """No error verdict among the group's answers."""
     return not any(r.error for r in group)
 
@@ -266,7 +266,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     total = dist.all_sum({"n": len(flat), "reward": sum(r.reward for r in flat), "solved": sum(r.solved for r in flat),
                           "tokens": sum(r.model_tokens for r in flat),
                           "extra_tokens": sum(r.model_tokens for r in replacements),
-                          "turns": sum(max(len(r.turns), 1) for r in flat),
+                          "turns": sum(len(r.turns) for r in flat),
                           "truncated": sum(r.sample.truncated for r in flat),
                           "errored": sum(bool(r.error) for r in flat),
                           "tokens_per_s": rollouts.stats.tokens_per_second})
