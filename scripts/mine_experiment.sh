@@ -16,21 +16,12 @@ quiet=${QUIET:+--quiet}
 [ -d outputs/mined ] || mlx-swe-rl puzzles mine "$repo" --out outputs/mined
 [ -f "$out/check.txt" ] || mlx-swe-rl puzzles check outputs/mined | tee "$out/check.txt"
 
-evaluate() {  # NAME ADAPTER
-  local file=$out/eval-$1-heldout.json
-  [ -f "$file" ] && return 0
-  local args=(--model smollm2-135m --puzzles outputs/mined --split heldout -K "${K:-4}" --max-tokens 384 --batch-size 64
-              --seed 0 --out "$file")
-  [ "$2" = none ] || args+=(--adapter "$2" --baseline "$out/eval-base-heldout.json")
-  mlx-swe-rl eval "${args[@]}"
-}
+# The held-out (newest) tasks, K samples each at 384 tokens (scripts/experiment.sh: evaluate, train).
+set_args() { echo --puzzles outputs/mined --split heldout -K "${K:-4}" --max-tokens 384; }
+config=configs/mined.yaml
+. scripts/experiment.sh
 
-evaluate base none
-resume=
-[ -f "$out/mined/config.yaml" ] && resume=--resume
-sets=()
-[ -z "${STEPS:-}" ] || sets=(--set train.steps="$STEPS")
-[ -z "${REWARD:-}" ] || sets+=(--set "reward_without_tests={$REWARD: 1.0}")
-mlx-swe-rl train --config configs/mined.yaml --set output_dir="$out" "${sets[@]}" $resume $quiet
-evaluate mined "$out/mined"
+evaluate base none heldout
+train mined ${STEPS:+train.steps=$STEPS} ${REWARD:+"reward_without_tests={$REWARD: 1.0}"}
+evaluate mined "$out/mined" heldout
 echo "done: python scripts/mine_report.py"

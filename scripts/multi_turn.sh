@@ -15,37 +15,22 @@ out=${OUT:-outputs/multi-turn}
 mkdir -p "$out"
 quiet=${QUIET:+--quiet}
 [ -f outputs/learn-train40.json ] || { echo "run scripts/learn.sh first (its data step)"; exit 1; }
-mt=(--turns 2 --public-tests 2 --reward-on hidden)
 
-# evaluate NAME ADAPTER SET [EXTRA...]: avg@4 with 2-answer episodes into $out/eval-NAME-SET[-TAG].json
-evaluate() {
-  local name=$1 adapter=$2 set=$3 tag=${4:-}; shift 4 || shift $#
-  local file=$out/eval-$name-$set${tag:+-$tag}.json
-  [ -f "$file" ] && return 0
-  local args=(--model smollm2-135m --max-tokens 192 --batch-size 64 --seed 0 -K 4 "${mt[@]}" --out "$file")
-  case $set in
-    train) args+=(--puzzles outputs/learn-train40.json) ;;
-    heldout) args+=(--puzzles outputs/forged-easy-heldout60.json) ;;
+# The puzzles of each evaluation set, avg@4 with 2-answer episodes (scripts/experiment.sh: evaluate, train).
+set_args() {
+  case $1 in
+    train) echo --puzzles outputs/learn-train40.json -K 4 --turns 2 --public-tests 2 --reward-on hidden ;;
+    heldout) echo --puzzles outputs/forged-easy-heldout60.json -K 4 --turns 2 --public-tests 2 --reward-on hidden ;;
   esac
-  [ "$adapter" = none ] || args+=(--adapter "$adapter")
-  [ "$name" = base ] || [ -n "$tag" ] || args+=(--baseline "$out/eval-base-$set.json")
-  mlx-swe-rl eval "${args[@]}" "$@"
 }
-
-train() {  # RUN CONFIG KEY=VALUE...
-  local run=$1 config=$2; shift 2
-  local sets=(--set output_dir="$out" --set run_name="$run")
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  local resume=
-  [ -f "$out/$run/config.yaml" ] && resume=--resume
-  mlx-swe-rl train --config "$config" "${sets[@]}" $resume $quiet
-}
+config=configs/multi_turn.yaml
+. scripts/experiment.sh
 
 eval_sets=${SETS:-train heldout}
-for set in $eval_sets; do evaluate base none "$set"; done
-evaluate base none train generic --feedback generic
-evaluate base none train best --best-of-n
-train multi-turn configs/multi_turn.yaml ${MT_STEPS:+train.steps=$MT_STEPS}
+evaluate base none $eval_sets
+tag=generic with="--feedback generic" evaluate base none train
+tag=best with=--best-of-n evaluate base none train
+train multi-turn ${MT_STEPS:+train.steps=$MT_STEPS}
 # single-turn with the same sampled tokens: as many steps as it takes to match the multi-turn run's,
 # continuing scripts/learn.sh's seed-0 run (the same config and seed) when it is there
 [ -d "$out/single-turn" ] || [ ! -f "${LEARN:-outputs/learn}/onpolicy-s0/history.jsonl" ] || \
@@ -55,13 +40,11 @@ sampled() { python -c "from mlx_swe_rl.runfiles import read_history; print(sum(h
 tokens=$(sampled "$out/multi-turn")
 steps=16
 while :; do
-  train single-turn configs/learn.yaml train.steps=$steps
+  config=configs/learn.yaml train single-turn train.steps=$steps
   have=$(sampled "$out/single-turn")
   python -c "import sys; sys.exit(0 if $have >= $tokens else 1)" && break
   steps=$((steps + 2))
 done
-for run in multi-turn single-turn; do
-  for set in $eval_sets; do evaluate "$run" "$out/$run" "$set"; done
-done
-evaluate multi-turn "$out/multi-turn" train generic --feedback generic
+for run in multi-turn single-turn; do evaluate "$run" "$out/$run" $eval_sets; done
+tag=generic with="--feedback generic" evaluate multi-turn "$out/multi-turn" train
 echo "done: python scripts/multi_turn_report.py"
