@@ -43,6 +43,8 @@ def test_runs_each_variant_once_and_resumes_an_interrupted_one(comparison_file):
     root = comparison.output_dir / comparison.name
     for name in ("summary.md", "summary.json", "comparison.png", "comparison.pdf", "comparison_tokens.png"):
         assert (root / name).is_file(), name
+    assert sorted(summary["figures"]) == sorted(str(root / n) for n in ("comparison.png", "comparison.pdf",
+                                                                        "comparison_tokens.png", "comparison_tokens.pdf"))
     for variant, row in summary["results"].items():
         history = [json.loads(line) for line in (root / variant / "history.jsonl").read_text().splitlines()]
         assert [h["step"] for h in history] == [1, 2]

@@ -463,12 +463,12 @@ def compare(comparison_file: Path, quiet: bool) -> None:
 
     try:
         comparison = load_comparison(comparison_file)
-        run_comparison(comparison, log=click.echo, progress=not quiet)
+        summary = run_comparison(comparison, log=click.echo, progress=not quiet)
     except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
         fail(str(exc))
     root = comparison.output_dir / comparison.name
     click.echo((root / "summary.md").read_text())
-    click.echo(f"wrote {root / 'summary.md'}, {root / 'summary.json'}, {root / 'comparison.png'}")
+    click.echo(f"wrote {root / 'summary.md'}, {root / 'summary.json'}, " + ", ".join(summary["figures"]))
 
 
 def _register_subcommands() -> None:

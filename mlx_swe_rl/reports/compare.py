@@ -150,9 +150,10 @@ def write_summary(comparison: Comparison) -> dict[str, Any]:
     cfg = variant_config(comparison, next(iter(comparison.variants)))
     histories = {v: read_history(variant_config(comparison, v).run_dir) for v in comparison.variants}
     footer = label(cfg.model.spec, str(comparison.base or "defaults") + f" ({comparison.name})")
-    comparison_figure(histories, root / "comparison", footer)
+    figures = comparison_figure(histories, root / "comparison", footer)
     if all(has_tokens(h) for h in histories.values()):  # e.g. dynamic sampling on and off, per token
-        comparison_figure(histories, root / "comparison_tokens", footer, x="tokens")
+        figures += comparison_figure(histories, root / "comparison_tokens", footer, x="tokens")
+    summary["figures"] = [str(path) for path in figures]
     return summary
 
 
