@@ -1,0 +1,62 @@
+"""scripts/groups_report.py: wasted groups and learning per sampled token, compared at equal
+sampled tokens between runs written today and runs kept in a committed results file."""
+
+import json
+
+import yaml
+
+from script_module import load_script
+
+report = load_script("groups_report")
+
+
+def step(n: int, tokens_total: int, sampled: int, kept: int, reward: float = 0.5) -> dict:
+    return {"step": n, "tokens_total": tokens_total, "groups_sampled": sampled, "groups_kept": kept,
+            "extra_groups": sampled - 5, "reward_mean": reward, "step_s": 60.0, "sampled_tokens": 0}
+
+
+def test_a_committed_run_gets_the_tokens_and_kept_groups_its_curves_imply():
+    curves = {"completion_len": [100.0, 50.5], "zero_var_frac": [0.4, 0.0], "reward_mean": [0.1, 0.2],
+              "step_s": [30.0, 40.0]}
+    history = report.committed_history(curves, puzzles_per_step=5, group_size=8)
+    assert [h["tokens_total"] for h in history] == [4000, 4000 + 2020]
+    assert [h["groups_kept"] for h in history] == [3, 5] and all(h["groups_sampled"] == 5 for h in history)
+
+
+def test_totals_at_equal_tokens_count_only_the_steps_within_them():
+    history = [step(1, 1000, 5, 2), step(2, 2000, 7, 5), step(3, 3000, 5, 5)]
+    cut = report.totals(report.upto(history, 2500))
+    assert cut["steps"] == 2 and cut["groups_sampled"] == 12 and cut["groups_kept"] == 7
+    assert abs(cut["wasted_share"] - 5 / 12) < 1e-12 and cut["kept_per_100k_tokens"] == 1e5 * 7 / 2000
+    assert cut["steps_over_10pct_wasted"] == 2  # 3 of 5 wasted, then 2 of 7
+    assert report.upto(history, 10)[0]["step"] == 1  # the first step always counts
+
+
+def test_the_report_pairs_a_run_with_the_base_evaluations_beside_it(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    run = runs / "learnable-s0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "sampling": {"group_size": 8},
+                                                     "train": {"steps": 2, "puzzles_per_step": 5, "order": "learnable"}}))
+    (run / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in [step(1, 3000, 5, 5), step(2, 6000, 6, 5)]))
+
+    def evaluation(rates: list[float]) -> dict:
+        return {"puzzles": [{"id": f"p{i}", "split": "train", "pass@1": r} for i, r in enumerate(rates)]}
+
+    (runs / "eval-base-valid.json").write_text(json.dumps(evaluation([0.0, 0.25, 0.5, 0.0])))
+    (runs / "eval-learnable-s0-valid.json").write_text(json.dumps(evaluation([0.5, 0.25, 0.5, 0.5])))
+    committed = tmp_path / "transfer.json"
+    committed.write_text(json.dumps({"runs": {"breadth-s0": {
+        "curves": {"completion_len": [100.0, 100.0], "zero_var_frac": [0.6, 0.2], "reward_mean": [0.2, 0.3],
+                   "step_s": [60.0, 60.0]},
+        "change": {"valid": {"change": 0.1, "ci95": [0.0, 0.2], "puzzles": 4}, "train": {"change": 0.5, "ci95": [0.4, 0.6]}}}}}))
+    out = tmp_path / "out" / "groups"
+    monkeypatch.setattr("sys.argv", ["groups_report.py", str(run), "--committed", f"{committed}:breadth-s0", "--out", str(out)])
+    report.main()
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["equal_tokens"] == 6000 and out.with_suffix(".png").is_file()
+    mine, theirs = data["runs"]["learnable-s0"], data["runs"]["breadth-s0"]
+    assert mine["change"]["valid"]["change"] == 0.25 and mine["change"]["valid"]["improved"] == 2
+    assert mine["change"]["valid"]["per_100k_tokens"][0] == 1e5 * 0.25 / 6000
+    assert abs(mine["whole_run"]["wasted_share"] - 1 / 11) < 1e-12
+    assert theirs["whole_run"]["groups_kept"] == 2 + 4 and set(theirs["change"]) == {"valid"}  # train is not compared
