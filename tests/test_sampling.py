@@ -244,73 +244,132 @@ def test_prompts_are_prefilled_as_they_join_and_released(tiny_model, monkeypatch
 
     monkeypatch.setattr(sampling, "prefill", recording_prefill)
     stats = sampling.SampleStats()
-    caches = sampling.PrefixCaches(model, [prompts[0], prompts[1], prompts[0]], [0, 0, 1, 1, 2], True, stats)
-    first = caches.take(0)
-    assert len(made) == 1 and caches.take(1) is first  # shared, and prompt 1 not prefilled yet
-    assert caches.take(4) is first  # prompt 2 is prompt 0 again
+    caches = sampling.PrefixCaches(model, True, stats)
+    for prompt in (prompts[0], prompts[0], prompts[1], prompts[1], prompts[0]):  # prompt 0 queued 3 times
+        caches.expect(prompt)
+    first = caches.take(prompts[0])
+    assert len(made) == 1 and caches.take(prompts[0]) is first  # shared, and prompt 1 not prefilled yet
+    assert caches.take(prompts[0]) is first  # the third copy of prompt 0
     del first
     gc.collect()
     assert made[0]() is None  # every sequence of that prompt took it: nothing holds it any more
-    caches.take(2)
-    caches.refuse(3)
+    caches.take(prompts[1])
+    caches.refuse(prompts[1])
     gc.collect()
     assert len(made) == 2 and made[1]() is None and stats.prefill_seconds > 0
-    unshared = sampling.PrefixCaches(model, prompts, [0, 0], False, stats)
-    assert unshared.take(0) is not unshared.take(1) and len(made) == 4
+    unshared = sampling.PrefixCaches(model, False, stats)
+    unshared.expect(prompts[0])
+    unshared.expect(prompts[0])
+    assert unshared.take(prompts[0]) is not unshared.take(prompts[0]) and len(made) == 4
 
 
-def test_gate_defers_and_skips_prompts_and_sizes_per_prompt(tiny_model, eos_id, prompts):
-    """`gate` can hold a prompt back until other completions finish (None), skip it (False),
-    or let it run (True); `group_size` can differ per prompt; `on_sample` sees every completion
-    as it finishes."""
+def run_engine(engine, settle=lambda seq: None, finished=lambda seq, s: None) -> dict:
+    """The plain caller loop: step until done, settling asked requests (`settle(seq)`: True
+    release, False drop, None leave held) and handing every finished sample to `finished`."""
+    made = {}
+    while engine.busy:
+        step = engine.step()
+        for seq in step.asked:
+            verdict = settle(seq)
+            if verdict is not None:
+                engine.release(seq) if verdict else engine.drop(seq)
+        for seq, s in step.finished:
+            made[seq] = s
+            finished(seq, s)
+    engine.close()
+    return made
+
+
+def test_held_requests_wait_or_are_dropped_and_sizes_per_prompt(tiny_model, eos_id, prompts):
+    """A held request can wait until other completions finish (left held), be dropped, or be
+    released; prompts can have their own number of completions; the caller sees every
+    completion as it finishes."""
+    from mlx_swe_rl.models.sampling import Engine, Request
+
     model, tokenizer = tiny_model
     biased = EosBias(model, eos_id, 3.0)
-    seen, asked = [], []
+    asked, seen = [], []
+    engine = Engine(biased, tokenizer, max_tokens=MAX_TOKENS, temperature=0.0, batch_size=4)
+    label = {}
+    for p, size in enumerate([3, 2, 2]):
+        for _ in range(size):
+            label[engine.submit(Request(prompts[p], held=p > 0, label=p))] = p
 
-    def gate(p):
+    def settle(seq):
+        p = label[seq]
         asked.append(p)
         if p == 2:  # only once all of prompt 0's completions are done
             return True if sum(s.prompt_index == 0 for s in seen) == 3 else None
         return p != 1
 
-    result = sample(biased, tokenizer, prompts[:3], group_size=[3, 2, 2], max_tokens=MAX_TOKENS, temperature=0.0,
-                    batch_size=4, gate=gate, on_sample=seen.append)
-    assert [len(g) for g in result.groups] == [3, 0, 2]
-    assert asked.count(2) > 1  # it was held back at least once
-    assert sorted(id(s) for s in seen) == sorted(id(s) for g in result.groups for s in g)
-    assert result.stats.completions == 5
+    made = run_engine(engine, settle, lambda seq, s: seen.append(s))
+    groups = [[made[seq] for seq in sorted(made) if made[seq].prompt_index == p] for p in range(3)]
+    assert [len(g) for g in groups] == [3, 0, 2]
+    assert asked.count(2) > 2  # held back at least once (asked for each of its 2 requests each time)
+    assert sorted(id(s) for s in seen) == sorted(id(s) for g in groups for s in g)
+    assert engine.stats.completions == 5
     alone = sample(biased, tokenizer, [prompts[2]], group_size=1, max_tokens=MAX_TOKENS, temperature=0.0)
-    assert [s.token_ids for s in result.groups[2]] == [alone.groups[0][0].token_ids] * 2
+    assert [s.token_ids for s in groups[2]] == [alone.groups[0][0].token_ids] * 2
+    stalled = Engine(biased, tokenizer, max_tokens=4)
+    stalled.submit(Request(prompts[0]))
+    stalled.submit(Request(prompts[1], held=True))
     with pytest.raises(RuntimeError, match="stalled"):
-        sample(biased, tokenizer, prompts[:2], max_tokens=4, gate=lambda p: None if p else True)
+        run_engine(stalled)
+
+
+def later_turns(engine, extra, keep) -> dict:
+    """A caller loop that gives a finished completion a later turn (held until it could join)
+    while `keep(sample)`, released with `extra(parent)` ids."""
+    from mlx_swe_rl.models.sampling import Request
+
+    parents, made = {}, {}
+    while engine.busy:
+        step = engine.step()
+        for seq in step.asked:
+            engine.release(seq, extra(parents[seq]))
+        for seq, s in step.finished:
+            made[seq] = s
+            if keep(s):
+                later = engine.submit(Request(stop=engine.requests[seq].stop, parent=seq, held=True,
+                                              label=s.prompt_index))
+                parents[later] = s
+    engine.close()
+    return made
 
 
 @pytest.mark.parametrize("batch_size", [32, 2])
-def test_follow_up_turns_decode_from_the_finished_completion(tiny_model, prompts, batch_size):
+def test_later_turns_decode_from_the_finished_completion(tiny_model, prompts, batch_size):
     """A later turn continues the finished row's own KV cache with the appended ids: greedy, it
     equals greedy decoding of the whole conversation by hand."""
+    from mlx_swe_rl.models.sampling import Engine, Request
+
     model, tokenizer = tiny_model
     asked = []
 
-    def follow_up(s):
-        def decide():
-            asked.append(s)
-            return [5, 6, 7] if s.parent is None else None  # one more turn, then stop
-        return decide
+    def extra(parent):
+        asked.append(parent)
+        return [5, 6, 7]
 
-    result = sample(model, tokenizer, prompts, group_size=2, max_tokens=6, temperature=0.0, batch_size=batch_size,
-                    follow_up=follow_up)
-    firsts = [s for g in result.groups for s in g]
-    assert len(firsts) == 8 and len(result.later) == 8 and len(asked) == 16
-    for s in result.later:
+    engine = Engine(model, tokenizer, max_tokens=6, temperature=0.0, batch_size=batch_size)
+    for p, prompt in enumerate(prompts):
+        for _ in range(2):
+            engine.submit(Request(prompt, keep_cache=True, label=p))
+    made = later_turns(engine, extra, keep=lambda s: s.parent is None)
+    firsts = [s for s in made.values() if s.parent is None]
+    later = {seq: s for seq, s in made.items() if s.parent is not None}
+    assert len(firsts) == 8 and len(later) == 8 and len(asked) == 8
+    for seq, s in later.items():
         parent = s.parent
         assert parent is not None and parent.parent is None
-        assert result.prompts[s.prompt_index] == result.prompts[parent.prompt_index] + parent.token_ids + [5, 6, 7]
-        assert s.token_ids == greedy_by_hand(model, result.prompts[s.prompt_index], 6)
-    assert result.stats.completions == 16
+        prompt = engine.requests[seq].prompt
+        assert prompt == prompts[parent.prompt_index] + parent.token_ids + [5, 6, 7]
+        assert s.token_ids == greedy_by_hand(model, prompt, 6)
+    assert engine.stats.completions == 16
 
 
-def test_follow_up_keeps_the_stop_rule_and_a_turn_needs_ids(tiny_model, prompts):
+def test_a_later_turn_keeps_the_stop_rule_and_needs_ids(tiny_model, prompts):
+    from mlx_swe_rl.models.sampling import Engine, Request
+
     model, tokenizer = tiny_model
 
     class AtOnce:
@@ -319,9 +378,12 @@ def test_follow_up_keeps_the_stop_rule_and_a_turn_needs_ids(tiny_model, prompts)
         def done(self, text):
             return True
 
-    result = sample(model, tokenizer, prompts[:1], max_tokens=6, stop=[AtOnce()],
-                    follow_up=lambda s: (lambda: [9] if s.parent is None else None))
-    (first,), (second,) = result.groups[0], result.later
-    assert first.finish == second.finish == "stop"
+    engine = Engine(model, tokenizer, max_tokens=6)
+    engine.submit(Request(prompts[0], AtOnce(), keep_cache=True))
+    made = later_turns(engine, lambda parent: [9], keep=lambda s: s.parent is None)
+    first, second = made[0], made[1]
+    assert second.parent is first and first.finish == second.finish == "stop"
+    engine = Engine(model, tokenizer, max_tokens=3)
+    engine.submit(Request(prompts[0], keep_cache=True))
     with pytest.raises(ValueError, match="at least one token"):
-        sample(model, tokenizer, prompts[:1], max_tokens=3, follow_up=lambda s: (lambda: []))
+        later_turns(engine, lambda parent: [], keep=lambda s: s.parent is None)

@@ -15,7 +15,7 @@ import mlx.core as mx
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
-from ..models.sampling import Sample, sample
+from ..models.sampling import Engine, Request, Sample
 from .config import SamplingPlan
 from .rollouts import MIXED, Episode, category, collect_rollouts, encode_prompts, score_samples, stop_rules
 
@@ -79,13 +79,30 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         return False
 
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    stats = sample(model, tokenizer, [prompts[e // n_rounds] for e in entries],
-                   group_size=[sizes[e % n_rounds] for e in entries], max_tokens=plan.max_tokens,
-                   temperature=plan.temperature, top_p=plan.top_p, seed=plan.seed, batch_size=plan.batch_size,
-                   logprobs=False,
-                   stop=[stops[e // n_rounds] for e in entries] if stops else None,
-                   gate=gate if n_rounds > 1 else None, on_sample=lambda s: finished[s.prompt_index].append(s),
-                   progress=progress, desc="rollouts").stats
+    engine = Engine(model, tokenizer, max_tokens=plan.max_tokens, temperature=plan.temperature, top_p=plan.top_p,
+                    seed=plan.seed, batch_size=plan.batch_size, logprobs=False, progress=progress, desc="rollouts")
+    entry_of: dict[int, int] = {}  # engine sequence -> entry
+    decided: dict[int, bool] = {}  # gate verdicts, per entry
+    try:
+        for e in entries:  # later rounds wait in the queue (held) until the gate decides them
+            for _ in range(sizes[e % n_rounds]):
+                seq = engine.submit(Request(prompts[e // n_rounds], stops[e // n_rounds] if stops else None,
+                                            held=e % n_rounds > 0, label=e))
+                entry_of[seq] = e
+        while engine.busy:
+            step = engine.step()
+            for seq in step.asked:
+                e = entry_of[seq]
+                if e not in decided:
+                    verdict = gate(e)
+                    if verdict is None:
+                        continue
+                    decided[e] = verdict
+                engine.release(seq) if decided[e] else engine.drop(seq)
+            for _, s in step.finished:
+                finished[s.prompt_index].append(s)
+    finally:
+        stats = engine.close()
     score([e for e in entries if e not in scored and finished[e]])
     return _report(puzzles, outcomes, stats, advantage, settings)
 

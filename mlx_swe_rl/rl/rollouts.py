@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..env.codefix import CodeFixEnv
 from ..puzzles.format import Puzzle
 from ..models.chat import ChatFrame, render
-from ..models.sampling import EOS, Sample, SampleStats, encode_chat, sample
+from ..models.sampling import EOS, Engine, Request, Sample, SampleStats, encode_chat
 from ..stopping import StopRule
 from .config import SamplingPlan
 
@@ -177,47 +177,65 @@ def collect_rollouts(
     progress: bool = False,
     desc: str = "sampling",
 ) -> RolloutBatch:
-    """Sample `plan.group_size` completions (episodes) for each puzzle in one batch and score
-    them. With `plan.stop_after_answer` a completion ends where its answer does
-    (`CodeFixEnv.stop_rule`).
+    """Sample `plan.group_size` episodes for each puzzle in one batch and score them. With
+    `plan.stop_after_answer` an answer ends where its answer does (`CodeFixEnv.stop_rule`).
 
     `plan.max_turns` > 1 (an env with a test split): an episode whose answer fails its public
     tests gets the env's feedback as a new user turn and answers again, up to `max_turns`
-    answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. Turns are
-    scored as they finish and later turns join the running batch (`sample(follow_up=...)`)."""
-    group_size = plan.group_size
+    answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. A later
+    turn waits in the engine's queue (held) from the moment its previous answer finishes; when
+    it could join, every answer waiting for a verdict is scored at once and the turn is released
+    with its bridge, or dropped. Single-turn is the same loop with no later turns."""
     prompts = encode_prompts(tokenizer, env, puzzles)
-    episodes = _Episodes(tokenizer, env, puzzles, prompts, plan.max_turns) if plan.max_turns > 1 else None
-    result = sample(model, tokenizer, prompts, group_size=group_size, max_tokens=plan.max_tokens,
-                    temperature=plan.temperature, top_p=plan.top_p, seed=plan.seed, batch_size=plan.batch_size,
-                    stop=stop_rules(env, puzzles, plan.stop_after_answer),
-                    follow_up=episodes.follow_up if episodes else None,
-                    logprobs=False, progress=progress, desc=desc)  # rewards and the loss never read them
-    if episodes is None:
-        start = time.perf_counter()
-        rollouts = score_samples(env, [(p, s) for p, group in zip(puzzles, result.groups) for s in group])
-        groups = [rollouts[i * group_size:(i + 1) * group_size] for i in range(len(puzzles))]
-        return RolloutBatch(puzzles, prompts, groups, result.stats, time.perf_counter() - start)
+    stops = stop_rules(env, puzzles, plan.stop_after_answer)
+    episodes = _Episodes(tokenizer, env, puzzles, prompts, plan.max_turns)
+    engine = Engine(model, tokenizer, max_tokens=plan.max_tokens, temperature=plan.temperature, top_p=plan.top_p,
+                    seed=plan.seed, batch_size=plan.batch_size, logprobs=False,  # rewards and the loss never read them
+                    progress=progress, desc=desc)
+    firsts: dict[int, Sample] = {}
+    try:
+        for p, prompt in enumerate(prompts):
+            for _ in range(plan.group_size):
+                engine.submit(Request(prompt, stops[p] if stops else None, keep_cache=plan.max_turns > 1, label=p))
+        while engine.busy:
+            step = engine.step()
+            for seq in step.asked:
+                bridge = episodes.decide(episodes.parents[seq])
+                engine.release(seq, bridge) if bridge is not None else engine.drop(seq)
+            for seq, s in step.finished:
+                if s.parent is None:
+                    firsts[seq] = s
+                turn = episodes.finished(s)
+                if turn < plan.max_turns:
+                    later = engine.submit(Request(stop=stops[s.prompt_index] if stops else None, parent=seq,
+                                                  keep_cache=turn + 1 < plan.max_turns, held=True, label=s.prompt_index))
+                    episodes.parents[later] = s
+    finally:
+        stats = engine.close()
     episodes.score_waiting()  # the last answers, which had no next turn to decide
-    groups = [[episodes.rollout(p, s, result.later, plan.turn_penalty) for s in group]
-              for p, group in zip(puzzles, result.groups)]
-    return RolloutBatch(puzzles, prompts, groups, result.stats, episodes.score_seconds)
+    groups: list[list[Episode]] = [[] for _ in puzzles]
+    for seq in sorted(firsts):
+        s = firsts[seq]
+        groups[s.prompt_index].append(episodes.episode(puzzles[s.prompt_index], s, plan.turn_penalty))
+    return RolloutBatch(puzzles, prompts, groups, stats, episodes.score_seconds)
 
 
 class _Episodes:
-    """The multi-turn side of a `collect_rollouts` call: scores finished turns (all waiting ones
-    at once, when the sampler asks about one), decides each next turn, and builds its bridge
-    from the chat template (`models.chat.ChatFrame`), checking that the accumulated ids decode
-    to exactly what the template renders for the conversation."""
+    """The episodes of a `collect_rollouts` call: scores finished answers (all waiting ones at
+    once, when a verdict is needed), decides each next turn, and builds its bridge from the
+    chat template (`models.chat.ChatFrame`), checking that the accumulated ids decode to exactly
+    what the template renders for the conversation."""
 
     def __init__(self, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], prompts: list[list[int]],
                  max_turns: int):
         self.tokenizer, self.env, self.puzzles, self.prompts = tokenizer, env, puzzles, prompts
         self.max_turns = max_turns
-        self.frame = ChatFrame.of(tokenizer)
+        self.frame = ChatFrame.of(tokenizer) if max_turns > 1 else None
         self.waiting: list[Sample] = []
         self.verdicts: dict[int, tuple[float, dict[str, Any]]] = {}  # by id(sample)
         self.bridges: dict[int, list[int]] = {}
+        self.children: dict[int, Sample] = {}  # by id(parent sample)
+        self.parents: dict[int, Sample] = {}  # a held later turn's previous answer, by engine sequence
         self.mismatched: set[int] = set()
         self.score_seconds = 0.0
 
@@ -228,20 +246,19 @@ class _Episodes:
             turns.append(turns[-1].parent)
         return turns[::-1]
 
-    def puzzle_of(self, s: Sample) -> Puzzle:
-        return self.puzzles[self.chain(s)[0].prompt_index]  # a first turn's prompt is its puzzle's
-
-    def follow_up(self, s: Sample):
-        """Queue `s` for scoring; no decider for the last answer an episode may give."""
+    def finished(self, s: Sample) -> int:
+        """Queue answer `s` for scoring; returns its turn number (1 for a first answer)."""
         self.waiting.append(s)
-        return None if len(self.chain(s)) >= self.max_turns else (lambda: self.decide(s))
+        if s.parent is not None:
+            self.children[id(s.parent)] = s
+        return len(self.chain(s))
 
     def score_waiting(self) -> None:
         start = time.perf_counter()
         batch, self.waiting = self.waiting, []
         if not batch:
             return
-        for s, verdict in zip(batch, self.env.score([(self.puzzle_of(s).id, s.text) for s in batch])):
+        for s, verdict in zip(batch, self.env.score([(self.puzzles[s.prompt_index].id, s.text) for s in batch])):
             self.verdicts[id(s)] = verdict
         self.score_seconds += time.perf_counter() - start
 
@@ -255,11 +272,11 @@ class _Episodes:
         if info["public_ok"] or info.get("error"):  # an error verdict has no feedback to answer
             return None
         bridge = self.frame.bridge(self.tokenizer, info["feedback"], s.finish == EOS)
-        messages = self.env.prompt_for(self.puzzle_of(s).id)
+        messages = self.env.prompt_for(self.puzzles[s.prompt_index].id)
         for turn in turns:
             messages = messages + [{"role": "assistant", "content": turn.text},
                                    {"role": "user", "content": self.verdicts[id(turn)][1]["feedback"]}]
-        ids = list(self.prompts[turns[0].prompt_index])
+        ids = list(self.prompts[s.prompt_index])
         for turn in turns[:-1]:
             ids += turn.token_ids + self.bridges[id(turn)]
         ids += s.token_ids + bridge
@@ -269,12 +286,11 @@ class _Episodes:
         self.bridges[id(s)] = bridge
         return bridge
 
-    def rollout(self, puzzle: Puzzle, first: Sample, later: list[Sample], turn_penalty: float) -> Episode:
-        """The episode that starts with `first`, as an Episode of all its turns."""
-        children = {id(s.parent): s for s in later}
+    def episode(self, puzzle: Puzzle, first: Sample, turn_penalty: float) -> Episode:
+        """The episode that starts with `first`, with all its turns."""
         turns = [first]
-        while id(turns[-1]) in children:
-            turns.append(children[id(turns[-1])])
+        while id(turns[-1]) in self.children:
+            turns.append(self.children[id(turns[-1])])
         records = [Turn(s, *self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
         last = records[-1]
         reward = last.reward - turn_penalty * (len(records) - 1)
