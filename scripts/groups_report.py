@@ -182,10 +182,11 @@ def main() -> None:
     parser.add_argument("--committed", action="append", default=[], metavar="FILE:RUN,RUN",
                         help="runs from a committed results file of the same experiment")
     parser.add_argument("--out", type=Path, required=True, help="writes OUT.json and OUT.png")
+    parser.add_argument("--note", default=None, help="how the runs were made (kept in OUT.json: e.g. shared cores)")
     args = parser.parse_args()
     runs = load_runs(args.runs, args.committed)
     equal = min(run["history"][-1]["tokens_total"] for run in runs.values())
-    data: dict[str, Any] = {"script": "scripts/groups_report.py", "equal_tokens": equal, "runs": {}}
+    data: dict[str, Any] = {"script": "scripts/groups_report.py", "note": args.note, "equal_tokens": equal, "runs": {}}
     for name, run in runs.items():
         whole = totals(run["history"])
         data["runs"][name] = {

@@ -47,8 +47,8 @@ for name in ${RUNS:-breadth-s0 kl-s0 long-s0 breadth-s1}; do
     breadth-s1) run "$name" seed=1 ;;                                    # the second seed
     learnable-s0|learnable-s1)                                           # the issue "No wasted groups": the most learnable puzzles by online pass rate
       run "$name" seed="${name##*-s}" train.order=learnable ;;
-    dynamic-s0|dynamic-s1)                                               # ... and all-equal groups replaced (DAPO's dynamic sampling)
-      run "$name" seed="${name##*-s}" train.order=learnable train.dynamic_sampling.enabled=true ;;
+    dynamic-s0|dynamic-s1)                                               # ... and all-equal groups replaced (DAPO's dynamic sampling);
+      run "$name" seed="${name##*-s}" train.order=learnable train.dynamic_sampling.enabled=true train.steps=12 ;;  # 12 steps: about the tokens of 24
     *) echo "transfer.sh: unknown configuration '$name'" >&2; exit 2 ;;
   esac
 done
