@@ -15,9 +15,10 @@ import mlx.core as mx
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
-from ..models.sampling import Engine, Request, Sample
+from ..models.sampling import Request, Sample
 from .config import SamplingPlan
-from .rollouts import MIXED, Episode, category, collect_rollouts, encode_prompts, score_samples, stop_rules
+from .rollouts import (MIXED, Episode, category, collect_rollouts, encode_prompts, plan_engine, score_samples,
+                       stop_rules)
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
@@ -79,15 +80,13 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         return False
 
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    engine = Engine(model, tokenizer, max_tokens=plan.max_tokens, temperature=plan.temperature, top_p=plan.top_p,
-                    seed=plan.seed, batch_size=plan.batch_size, logprobs=False, progress=progress, desc="rollouts")
+    engine = plan_engine(model, tokenizer, plan, progress, "rollouts")
     entry_of: dict[int, int] = {}  # engine sequence -> entry
     decided: dict[int, bool] = {}  # gate verdicts, per entry
     try:
         for e in entries:  # later rounds wait in the queue (held) until the gate decides them
             for _ in range(sizes[e % n_rounds]):
-                seq = engine.submit(Request(prompts[e // n_rounds], stops[e // n_rounds] if stops else None,
-                                            held=e % n_rounds > 0, label=e))
+                seq = engine.submit(Request(prompts[e // n_rounds], stops[e // n_rounds], held=e % n_rounds > 0, label=e))
                 entry_of[seq] = e
         while engine.busy:
             step = engine.step()

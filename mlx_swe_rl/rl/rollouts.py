@@ -189,14 +189,12 @@ def collect_rollouts(
     prompts = encode_prompts(tokenizer, env, puzzles)
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
     episodes = _Episodes(tokenizer, env, puzzles, prompts, plan.max_turns)
-    engine = Engine(model, tokenizer, max_tokens=plan.max_tokens, temperature=plan.temperature, top_p=plan.top_p,
-                    seed=plan.seed, batch_size=plan.batch_size, logprobs=False,  # rewards and the loss never read them
-                    progress=progress, desc=desc)
+    engine = plan_engine(model, tokenizer, plan, progress, desc)
     firsts: dict[int, Sample] = {}
     try:
         for p, prompt in enumerate(prompts):
             for _ in range(plan.group_size):
-                engine.submit(Request(prompt, stops[p] if stops else None, keep_cache=plan.max_turns > 1, label=p))
+                engine.submit(Request(prompt, stops[p], keep_cache=plan.max_turns > 1, label=p))
         while engine.busy:
             step = engine.step()
             for seq in step.asked:
@@ -207,7 +205,7 @@ def collect_rollouts(
                     firsts[seq] = s
                 turn = episodes.finished(s)
                 if turn < plan.max_turns:
-                    later = engine.submit(Request(stop=stops[s.prompt_index] if stops else None, parent=seq,
+                    later = engine.submit(Request(stop=stops[s.prompt_index], parent=seq,
                                                   keep_cache=turn + 1 < plan.max_turns, held=True, label=s.prompt_index))
                     episodes.parents[later] = s
     finally:
@@ -302,9 +300,15 @@ def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> li
     return [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
 
 
-def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[StopRule | None] | None:
-    """The sampler's stop rule of each puzzle, or None to let completions run to EOS or the limit."""
-    return [env.stop_rule(p.id) for p in puzzles] if stop_after_answer else None
+def plan_engine(model: Any, tokenizer: Any, plan: SamplingPlan, progress: bool, desc: str) -> Engine:
+    """The sampling engine of one phase's plan. No log-probs: rewards and the loss never read them."""
+    return Engine(model, tokenizer, max_tokens=plan.max_tokens, temperature=plan.temperature, top_p=plan.top_p,
+                  seed=plan.seed, batch_size=plan.batch_size, logprobs=False, progress=progress, desc=desc)
+
+
+def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[StopRule | None]:
+    """The sampler's stop rule of each puzzle (None: its completions run to EOS or the limit)."""
+    return [env.stop_rule(p.id) if stop_after_answer else None for p in puzzles]
 
 
 def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Episode]:
