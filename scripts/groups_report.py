@@ -121,6 +121,37 @@ def load_runs(dirs: list[Path], committed: list[str]) -> dict[str, dict[str, Any
     return runs
 
 
+def setting_of(name: str) -> str:
+    """A run's setting: its name without the seed suffix (dynamic-s1 -> dynamic)."""
+    head, sep, seed = name.rpartition("-s")
+    return head if sep and seed.isdigit() else name
+
+
+def by_setting(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each setting's seeds side by side and their means: waste and informative groups per update
+    at equal sampled tokens, and each set's paired change (points) and change per 100k tokens.
+    The seeds' spread is kept beside the mean: with two seeds it is the honest error bar."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
+        entry = out.setdefault(setting_of(name), {"runs": [], "wasted_share": [], "kept_per_update": [], "change": {}})
+        equal = run["at_equal_tokens"]
+        entry["runs"].append(name)
+        entry["wasted_share"].append(equal["wasted_share"])
+        entry["kept_per_update"].append(equal["groups_kept"] / equal["steps"])
+        for s, c in run["change"].items():
+            entry["change"].setdefault(s, {"change": [], "per_100k_tokens": []})
+            entry["change"][s]["change"].append(c["change"])
+            entry["change"][s]["per_100k_tokens"].append(c["per_100k_tokens"][0])
+    for entry in out.values():
+        entry["mean"] = {"wasted_share": mean(entry["wasted_share"]), "kept_per_update": mean(entry["kept_per_update"]),
+                         **{s: {k: mean(v) for k, v in c.items()} for s, c in entry["change"].items()}}
+    return out
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def markdown(data: dict[str, Any]) -> str:
     """README's tables: waste per run (whole run and at equal sampled tokens), then each paired
     change with its CI and per 100k sampled tokens."""
@@ -142,6 +173,15 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {name} | {s} ({c['puzzles']}) | {before} | {after} | {100 * c['change']:+.1f} "
                          f"[{100 * low:+.1f}, {100 * high:+.1f}] | {100 * k[0]:+.1f} [{100 * k[1]:+.1f}, {100 * k[2]:+.1f}] | "
                          f"{c.get('improved', '?')} / {c.get('worsened', '?')} |")
+    lines += ["", f"| setting | seeds | at {data['equal_tokens']:,} tokens: wasted, groups in the loss per update | "
+              + " | ".join(f"{s}: mean change (seeds); per 100k tokens" for s in SETS) + " |",
+              "|---|---|---|" + "---|" * len(SETS)]
+    for setting, entry in data["by_setting"].items():
+        m = entry["mean"]
+        cells = [f"{100 * m[s]['change']:+.1f} ({', '.join(f'{100 * x:+.1f}' for x in entry['change'][s]['change'])}); "
+                 f"{100 * m[s]['per_100k_tokens']:+.1f}" if s in entry["change"] else "n/a" for s in SETS]
+        lines.append(f"| {setting} | {len(entry['runs'])} | {100 * m['wasted_share']:.0f}%, {m['kept_per_update']:.1f} | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -195,6 +235,7 @@ def main() -> None:
             "change": {s: per_token(c, whole["sampled_tokens"], whole["hours"]) for s, c in run["changes"].items()},
             "per_step": [{k: h.get(k) for k in ("step", "tokens_total", "groups_sampled", "groups_kept",
                                                 "extra_groups", "reward_mean", "puzzles")} for h in run["history"]]}
+    data["by_setting"] = by_setting(data["runs"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out.with_suffix(".json"), data)
     figure(runs, equal, args.out.with_suffix(".png"))

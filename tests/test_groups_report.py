@@ -60,3 +60,18 @@ def test_the_report_pairs_a_run_with_the_base_evaluations_beside_it(tmp_path, mo
     assert mine["change"]["valid"]["per_100k_tokens"][0] == 1e5 * 0.25 / 6000
     assert abs(mine["whole_run"]["wasted_share"] - 1 / 11) < 1e-12
     assert theirs["whole_run"]["groups_kept"] == 2 + 4 and set(theirs["change"]) == {"valid"}  # train is not compared
+
+
+def test_seeds_of_one_setting_are_averaged_and_kept_side_by_side():
+    def run(wasted: float, kept: int, steps: int, change: float, per_100k: float) -> dict:
+        return {"at_equal_tokens": {"wasted_share": wasted, "groups_kept": kept, "steps": steps},
+                "change": {"valid": {"change": change, "per_100k_tokens": [per_100k, 0.0, 1.0]}}}
+
+    settings = report.by_setting({"dynamic-s0": run(0.4, 48, 12, 0.2, 0.3), "dynamic-s1": run(0.2, 36, 12, 0.1, 0.1),
+                                  "breadth-s0": run(0.3, 70, 20, 0.15, 0.2), "kl": run(0.5, 10, 10, 0.0, 0.0)})
+    assert list(settings) == ["dynamic", "breadth", "kl"]
+    dynamic = settings["dynamic"]
+    assert dynamic["runs"] == ["dynamic-s0", "dynamic-s1"] and dynamic["change"]["valid"]["change"] == [0.2, 0.1]
+    assert abs(dynamic["mean"]["valid"]["change"] - 0.15) < 1e-12 and abs(dynamic["mean"]["valid"]["per_100k_tokens"] - 0.2) < 1e-12
+    assert abs(dynamic["mean"]["wasted_share"] - 0.3) < 1e-12 and dynamic["mean"]["kept_per_update"] == 3.5
+    assert settings["kl"]["runs"] == ["kl"]
