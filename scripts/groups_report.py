@@ -12,7 +12,10 @@ Runs come from run directories (their evaluations beside them: DIR/../eval-RUN-S
 with eval-base-SET.json) or from a committed results file of the same experiment
 (`--committed docs/results/transfer.json:breadth-s0,breadth-s1`): its per-step curves and paired
 changes. Its sampled tokens per step are the mean episode length times the episodes per step of
-the first run directory's config (the same configs/transfer.yaml).
+the first run directory's config (the same configs/transfer.yaml). An earlier report of this
+script is read back the same way (`--committed docs/results/no-wasted-groups.json:dynamic-s0`):
+its steps, whole-run totals and paired changes as written, so a second seed can join the first
+on a machine where the first one's run directory is gone.
 
     python scripts/groups_report.py outputs/transfer-runs/{learnable-s0,learnable-s1,dynamic-s0} \
         --committed docs/results/transfer.json:breadth-s0,breadth-s1 --out docs/results/no-wasted-groups
@@ -35,6 +38,10 @@ from mlx_swe_rl.rl.stats import compare_reports  # noqa: E402
 from mlx_swe_rl.runfiles import RunFileError, read_history, write_json_atomic  # noqa: E402
 
 SETS = ("valid", "heldout", "bundled")
+# What a report keeps of each step: enough to read the run back as a committed one later
+# (`--committed REPORT.json:RUN`) when its run directory is gone.
+PER_STEP = ("step", "tokens_total", "sampled_tokens", "extra_tokens", "groups_sampled", "groups_kept",
+            "extra_groups", "reward_mean", "step_s", "puzzles")
 
 
 def settings(run_dir: Path) -> dict[str, Any]:
@@ -66,19 +73,27 @@ def upto(history: list[dict], tokens: float) -> list[dict]:
     return [h for i, h in enumerate(history) if i == 0 or h["tokens_total"] <= tokens]
 
 
+def total(steps: list[dict], key: str) -> float | None:
+    """The sum of `key` over `steps`, or None when a step does not record it (a run read back
+    from a report written before its per-step records kept it)."""
+    values = [h.get(key) for h in steps]
+    return None if None in values else sum(values)
+
+
 def totals(steps: list[dict]) -> dict[str, Any]:
     """Waste, kept groups per 100k sampled tokens, reward and time over `steps`."""
+    hours = total(steps, "step_s")
     sampled = sum(h["groups_sampled"] for h in steps)
     kept = sum(h["groups_kept"] for h in steps)
     tokens = steps[-1]["tokens_total"]
     return {"steps": len(steps), "sampled_tokens": tokens, "groups_sampled": sampled, "groups_kept": kept,
             "wasted_share": 1 - kept / sampled, "kept_per_100k_tokens": 1e5 * kept / tokens,
             "extra_groups": sum(h.get("extra_groups", 0) for h in steps),
-            "extra_tokens": sum(h.get("extra_tokens", 0) for h in steps),
+            "extra_tokens": total(steps, "extra_tokens"),
             "steps_over_10pct_wasted": sum(h["groups_kept"] < 0.9 * h["groups_sampled"] for h in steps),
             "mean_reward": sum(h["reward_mean"] for h in steps) / len(steps),
             "last_4_reward": sum(h["reward_mean"] for h in steps[-4:]) / len(steps[-4:]),
-            "hours": sum(h["step_s"] for h in steps) / 3600}
+            "hours": None if hours is None else hours / 3600}
 
 
 def per_token(change: dict[str, Any], tokens: int, hours: float) -> dict[str, Any]:
@@ -115,9 +130,14 @@ def load_runs(dirs: list[Path], committed: list[str]) -> dict[str, dict[str, Any
             if name not in data.get("runs", {}):
                 raise SystemExit(f"{path}: no run '{name}'")
             entry = data["runs"][name]
+            changes = {s: c for s, c in entry["change"].items() if s in SETS}
+            if "per_step" in entry:  # an earlier report of this script: its steps and whole-run totals as written
+                runs[name] = {"history": entry["per_step"], "settings": entry["settings"], "changes": changes,
+                              "whole": entry["whole_run"], "source": path}
+                continue
             runs[name] = {"history": committed_history(entry["curves"], shape["puzzles_per_step"], shape["group_size"]),
                           "settings": {**shape, "seed": None, "order": "epoch", "dynamic_sampling": {"enabled": False}},
-                          "changes": {s: c for s, c in entry["change"].items() if s in SETS}, "source": path}
+                          "changes": changes, "source": path}
     return runs
 
 
@@ -228,13 +248,12 @@ def main() -> None:
     equal = min(run["history"][-1]["tokens_total"] for run in runs.values())
     data: dict[str, Any] = {"script": "scripts/groups_report.py", "note": args.note, "equal_tokens": equal, "runs": {}}
     for name, run in runs.items():
-        whole = totals(run["history"])
+        whole = run.get("whole") or totals(run["history"])
         data["runs"][name] = {
             "source": run["source"], "settings": run["settings"], "whole_run": whole,
             "at_equal_tokens": totals(upto(run["history"], equal)),
             "change": {s: per_token(c, whole["sampled_tokens"], whole["hours"]) for s, c in run["changes"].items()},
-            "per_step": [{k: h.get(k) for k in ("step", "tokens_total", "groups_sampled", "groups_kept",
-                                                "extra_groups", "reward_mean", "puzzles")} for h in run["history"]]}
+            "per_step": [{k: h.get(k) for k in PER_STEP if k in h} for h in run["history"]]}
     data["by_setting"] = by_setting(data["runs"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out.with_suffix(".json"), data)

@@ -75,3 +75,33 @@ def test_seeds_of_one_setting_are_averaged_and_kept_side_by_side():
     assert abs(dynamic["mean"]["valid"]["change"] - 0.15) < 1e-12 and abs(dynamic["mean"]["valid"]["per_100k_tokens"] - 0.2) < 1e-12
     assert abs(dynamic["mean"]["wasted_share"] - 0.3) < 1e-12 and dynamic["mean"]["kept_per_update"] == 3.5
     assert settings["kl"]["runs"] == ["kl"]
+
+
+def test_a_run_of_an_earlier_report_reads_back_with_its_totals_and_changes(tmp_path, monkeypatch):
+    """The second seed joins the first when only the first one's report survives: the earlier
+    report's steps are cut at the new equal tokens, its whole-run totals and changes kept."""
+    run = tmp_path / "runs" / "dynamic-s1"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 1, "sampling": {"group_size": 8},
+                                                     "train": {"steps": 1, "puzzles_per_step": 5, "order": "learnable"}}))
+    (run / "history.jsonl").write_text(json.dumps(step(1, 2500, 6, 5)) + "\n")
+    earlier_steps = [step(1, 2000, 5, 2), step(2, 4000, 5, 5)]
+    for h in earlier_steps:  # written before per-step times and extra tokens were kept
+        del h["step_s"], h["sampled_tokens"]
+    earlier = tmp_path / "no-wasted-groups.json"
+    whole = {**report.totals([{**h, "step_s": 90.0, "extra_tokens": 10} for h in earlier_steps])}
+    earlier.write_text(json.dumps({"runs": {"dynamic-s0": {
+        "settings": {"seed": 0, "order": "learnable"}, "whole_run": whole, "per_step": earlier_steps,
+        "change": {"valid": {"change": 0.2, "ci95": [0.1, 0.3], "puzzles": 4, "per_100k_tokens": [5.0, 2.5, 7.5]}}}}}))
+    out = tmp_path / "groups"
+    monkeypatch.setattr("sys.argv", ["groups_report.py", str(run), "--committed", f"{earlier}:dynamic-s0", "--out", str(out)])
+    report.main()
+    data = json.loads(out.with_suffix(".json").read_text())
+    theirs = data["runs"]["dynamic-s0"]
+    assert data["equal_tokens"] == 2500
+    assert theirs["whole_run"] == whole and theirs["settings"]["seed"] == 0
+    assert theirs["at_equal_tokens"]["steps"] == 1 and theirs["at_equal_tokens"]["groups_kept"] == 2
+    assert theirs["at_equal_tokens"]["hours"] is None  # unknown, not invented
+    assert theirs["change"]["valid"]["per_hour"][0] == 0.2 / whole["hours"]
+    assert data["by_setting"]["dynamic"]["runs"] == ["dynamic-s1", "dynamic-s0"]
+    assert data["runs"]["dynamic-s1"]["per_step"][0]["step_s"] == 60.0  # kept now, for the next read-back
