@@ -22,17 +22,8 @@ quiet=${QUIET:+--quiet}
 # other samples: kernels and the sampler's numerics change between versions). RECALIBRATE=1 redoes it.
 if [ ! -f outputs/smollm2-forged-easy-mixed.json ]; then
   if [ -z "${RECALIBRATE:-}" ] && [ -f docs/results/forge-calibration-smollm2-easy.json ]; then
-    python - <<'EOF'
-import json
-from pathlib import Path
-from mlx_swe_rl.puzzles.trainset import load_train_set, write_train_set
-report = json.loads(Path("docs/results/forge-calibration-smollm2-easy.json").read_text())
-mixed = {row["id"] for row in report["puzzles"] if row["category"] == "mixed"}
-puzzles = [p for p in load_train_set(Path("outputs/forged-easy-train240.json")) if p.id in mixed]
-write_train_set(Path("outputs/smollm2-forged-easy-mixed.json"), puzzles, Path("outputs/forged-easy"),
-                {"rollouts": "docs/results/forge-calibration-smollm2-easy.json", "category": "mixed"})
-print(f"wrote outputs/smollm2-forged-easy-mixed.json ({len(puzzles)} mixed puzzles, committed calibration)")
-EOF
+    mlx-swe-rl puzzles calibrated outputs/forged-easy-train240.json --report docs/results/forge-calibration-smollm2-easy.json \
+      --out outputs/smollm2-forged-easy-mixed.json
   else
     mlx-swe-rl rollouts --model smollm2-135m --puzzles outputs/forged-easy-train240.json -G 8 --temperature 0.8 \
       --max-tokens 192 --batch-size 64 --write-train-set outputs/smollm2-forged-easy-mixed.json

@@ -342,3 +342,28 @@ def test_seeds_without_tests_are_skipped(scorer):
     result = forge([seed], scorer, ForgeSettings(per_seed=1))
     assert result.puzzles == []
     assert result.seed_problems == {"no_tests": "no tests: a seed needs tests that catch its mutants"}
+
+
+def test_calibrated_command_keeps_a_reports_category_in_the_candidates_order(forged, tmp_path):
+    """A train set chosen again from a committed calibration: the report's category, nothing
+    sampled, the candidates' order (a seeded run reads the set in file order)."""
+    _, out = forged
+    candidates = load_puzzles(out, split="train")
+    mixed_ids = [p.id for p in candidates][1::2]
+    rows = [{"id": p.id, "category": "mixed" if p.id in mixed_ids else "all-failed"} for p in reversed(candidates)]
+    report = tmp_path / "calibration.json"
+    report.write_text(json.dumps({"puzzles": rows}))
+    chosen = tmp_path / "mixed.json"
+    result = CliRunner().invoke(main, ["puzzles", "calibrated", str(out), "--report", str(report), "--out", str(chosen)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(chosen.read_text())
+    assert written["puzzles"] == mixed_ids and written["source"] == {"rollouts": str(report), "category": "mixed"}
+    assert [p.id for p in load_train_set(chosen)] == mixed_ids
+    failed = tmp_path / "failed.json"
+    result = CliRunner().invoke(main, ["puzzles", "calibrated", str(chosen), "--report", str(report),
+                                       "--category", "all-failed", "--out", str(failed)])
+    assert result.exit_code == 1 and "puts none of the" in result.output  # the mixed set holds no failed one
+    report.write_text(json.dumps({"puzzles": [{"id": "x"}]}))
+    result = CliRunner().invoke(main, ["puzzles", "calibrated", str(out), "--report", str(report), "--out", str(failed)])
+    assert result.exit_code == 1 and "expected rows with an id and a category" in result.output
+    assert "Traceback" not in result.output and not failed.exists()

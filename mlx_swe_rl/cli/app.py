@@ -74,6 +74,33 @@ def sample_puzzles(directory: Path | None, count: int, split: str, tiers: tuple[
     click.echo(f"wrote {out} ({count} of {len(found)} puzzles)")
 
 
+@puzzles.command("calibrated")
+@click.argument("candidates", type=click.Path(path_type=Path))
+@click.option("--report", type=click.Path(path_type=Path), required=True,
+              help="A calibration report (`mlx-swe-rl rollouts --out`, or a run's calibration.json).")
+@click.option("--category", type=click.Choice(["mixed", "all-failed", "all-solved"]), default="mixed", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
+def calibrated_puzzles(candidates: Path, report: Path, category: str, out: Path) -> None:
+    """Write the puzzles of CANDIDATES (a directory or a puzzle-set file) that a calibration
+    REPORT put in --category, in CANDIDATES' order: a train set from a committed calibration,
+    without sampling again."""
+    import json
+
+    from ..puzzles.trainset import TrainSetError, of_category, source_directory, write_train_set
+
+    found = select_puzzles(candidates, None, "all")
+    try:
+        chosen = of_category(found, json.loads(report.read_text()), category)
+    except OSError as exc:
+        fail(f"--report: cannot read {report} ({exc.strerror})")
+    except ValueError as exc:  # TrainSetError too
+        fail(f"--report: {report}: {exc}" if isinstance(exc, TrainSetError) else f"--report: {report} is not valid JSON")
+    if not chosen:
+        fail(f"--report: {report} puts none of the {len(found)} puzzles of {candidates} in '{category}'")
+    write_train_set(out, chosen, source_directory(candidates), {"rollouts": str(report), "category": category})
+    click.echo(f"wrote {out} ({len(chosen)} {category} puzzles of {len(found)}, from {report})")
+
+
 @puzzles.command("forge")
 @click.argument("seeds", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the forged puzzle set.")
@@ -333,7 +360,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate, format_calibration
     from ..rl.config import SamplingPlan
-    from ..puzzles.trainset import source_directory
+    from ..puzzles.trainset import of_category, source_directory
     from ..puzzles.trainset import write_train_set as save_train_set
 
     if temperature <= 0:
@@ -349,7 +376,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")
     if write_train_set is not None:
-        mixed = [p for p, row in zip(puzzles, report["puzzles"]) if row["category"] == "mixed"]
+        mixed = of_category(puzzles, report)
         if not mixed:
             fail("no mixed puzzles: nothing to train on at this temperature (try other tiers or a "
                  "higher temperature); train set not written")

@@ -26,6 +26,17 @@ def write_train_set(path: Path, puzzles: list[Puzzle], puzzle_dir: Path | None, 
     write_json_atomic(path, {"puzzle_dir": directory, "puzzles": [p.id for p in puzzles], "source": source})
 
 
+def of_category(puzzles: list[Puzzle], report: dict[str, Any], category: str = "mixed") -> list[Puzzle]:
+    """The puzzles a calibration report (`rl/calibration.calibration_report`) put in `category`,
+    in the order of `puzzles`: how a train set is chosen, whether the report was just made or
+    committed long ago. A puzzle the report does not cover is left out."""
+    rows = report.get("puzzles") if isinstance(report, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r and "category" in r for r in rows):
+        raise TrainSetError("calibration report: puzzles: expected rows with an id and a category")
+    chosen = {row["id"] for row in rows if row["category"] == category}
+    return [p for p in puzzles if p.id in chosen]
+
+
 def source_directory(puzzles: Path | None) -> Path | None:
     """The puzzle directory behind a --puzzles value: None (bundled), a directory, or the
     directory a train-set file points to."""

@@ -18,7 +18,7 @@ from . import distributed as dist
 from .calibration import calibrate
 from .config import Config
 from ..puzzles.format import Puzzle
-from ..puzzles.trainset import TrainSetError, load_train_set, source_directory, write_train_set
+from ..puzzles.trainset import TrainSetError, load_train_set, of_category, source_directory, write_train_set
 from ..runfiles import write_json_atomic
 from .rollouts import MIXED
 
@@ -88,7 +88,7 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
     model.eval()
     report = calibrate(model, tokenizer, env, candidates, cfg.calibration_sampling(), advantage=cfg.grpo.advantage,
                        rounds=cfg.puzzles.calibration.rounds, progress=progress)
-    mixed = [p for p, row in zip(candidates, report["puzzles"]) if row["category"] == MIXED]
+    mixed = of_category(candidates, report, MIXED)
     write_json_atomic(run_dir / CALIBRATION_FILE, report)
     counts = ", ".join(f"{k} {report['categories'].get(k, 0)}" for k in ("mixed", "all-failed", "all-solved"))
     if mixed:  # written last: its presence says the calibration finished
