@@ -10,32 +10,35 @@ cd "$(dirname "$0")/.."
 out=${OUT:-outputs/answer-end}
 mkdir -p "$out"
 
-# SET K MODE: one evaluation of the base model (K = 1: greedy); MODE full adds --full-completions.
-evaluate() {
-  local set=$1 k=$2 mode=$3
-  local file=$out/eval-$set-k$k-$mode.json
-  [ -f "$file" ] && return 0
-  local args=(--model smollm2-135m --batch-size 64 --seed 0 --out "$file")
-  case $set in
-    train) args+=(--puzzles outputs/learn-train40.json --max-tokens 192) ;;
-    heldout) args+=(--puzzles outputs/forged-easy-heldout60.json --max-tokens 192) ;;
-    bundled) args+=(--max-tokens 192) ;;
-    easy-medium) args+=(--tiers easy,medium --max-tokens 384) ;;
+# The puzzles of each set (scripts/experiment.sh: evaluate); every evaluation is the base model's.
+set_args() {
+  case $1 in
+    train) echo --puzzles outputs/learn-train40.json ;;
+    heldout) echo --puzzles outputs/forged-easy-heldout60.json ;;
+    bundled) ;;
+    easy-medium) echo --tiers easy,medium --max-tokens 384 ;;
   esac
-  [ "$k" = 1 ] || args+=(-K "$k")
-  [ "$mode" = full ] && args+=(--full-completions)
+}
+. scripts/experiment.sh
+
+# SET K MODE: the base model greedy (K = 1) or avg@K, with the answer-end stop (stop) or without
+# (full), into $out/eval-base-SET-kK-MODE.json.
+base() {
+  local set=$1 k=$2 mode=$3
   # learn.sh's base evaluations are these very commands with the stop: reuse them
   local learned=${LEARN:-outputs/learn}/eval-base-$set.json
-  if [ "$mode" = stop ] && [ "$k" != 1 ] && [ -f "$learned" ]; then cp "$learned" "$file"; return 0; fi
-  mlx-swe-rl eval "${args[@]}"
+  if [ "$mode" = stop ] && [ "$k" != 1 ] && [ -f "$learned" ] && [ ! -f "$out/eval-base-$set-k$k-$mode.json" ]; then
+    cp "$learned" "$out/eval-base-$set-k$k-$mode.json"
+  fi
+  tag=k$k-$mode with="$([ "$k" = 1 ] || echo "-K $k") $([ "$mode" = stop ] || echo --full-completions)" evaluate base none "$set"
 }
 
-for mode in full stop; do evaluate easy-medium 1 $mode; done
+for mode in full stop; do base easy-medium 1 $mode; done
 for set in train heldout bundled; do
-  for mode in full stop; do evaluate $set 1 $mode; done
+  for mode in full stop; do base $set 1 $mode; done
 done
 for set in train heldout; do
-  for mode in full stop; do evaluate $set 8 $mode; done
+  for mode in full stop; do base $set 8 $mode; done
 done
-for mode in full stop; do evaluate bundled 4 $mode; done
+for mode in full stop; do base bundled 4 $mode; done
 echo "done: python scripts/answer_end_report.py"

@@ -41,9 +41,9 @@ def main(runs: Path, out_dir: Path) -> None:
     result: dict[str, Any] = {}
     lines = ["| set | K | tokens per completion (full -> stop) | truncated | generated tokens | sampling s | "
              "avg@K full -> stop | change, points [95% CI] | up / down |", "|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted(runs.glob("eval-*-full.json")):
-        name = path.name[len("eval-"):-len("-full.json")]  # SET-kK
-        stop_path = runs / f"eval-{name}-stop.json"
+    for path in sorted(runs.glob("eval-base-*-full.json")):
+        name = path.name[len("eval-base-"):-len("-full.json")]  # SET-kK
+        stop_path = runs / f"eval-base-{name}-stop.json"
         if not stop_path.is_file():
             continue
         full, stop = json.loads(path.read_text()), json.loads(stop_path.read_text())
