@@ -723,8 +723,8 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
         replaced += extra
         step_lines = [line for line in lines if line["step"] == h["step"]]
         assert [line["puzzle_id"] for line in step_lines][::cfg.sampling.group_size] == sampled
-        assert h["sampled_tokens"] == sum(line["tokens"] for line in step_lines)
-        assert h["extra_tokens"] == sum(line["tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
+        assert h["sampled_tokens"] == sum(line["num_tokens"] for line in step_lines)
+        assert h["extra_tokens"] == sum(line["num_tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
     assert replaced > 0  # the scripted outcomes did make it replace groups
     # rounds: the calls of one step are its chosen puzzles, then rounds of the missing count
     i = 0

@@ -244,7 +244,7 @@ def test_rollout_summary_is_what_rollouts_jsonl_records():
             "tests": [{"index": 0, "status": "passed", "message": ""},
                       {"index": 1, "status": "failed", "message": "expected 1, got " + "9" * 500}]}
     line = Episode.single("p", Sample(0, [5, 6, 7], "text", [], "length"), 0.0, False, info).summary()
-    assert line == {"puzzle_id": "p", "reward": 0.0, "solved": False, "completion": "text", "tokens": 3,
+    assert line == {"puzzle_id": "p", "reward": 0.0, "solved": False, "text": "text", "num_tokens": 3,
                     "truncated": True, "code": "def f(): pass",
                     "tests": [{"status": "passed", "detail": ""}, {"status": "failed", "detail": line["tests"][1]["detail"]}],
                     "turns": [{"text": "text", "num_tokens": 3, "finish": "length", "code": "def f(): pass",
@@ -363,3 +363,16 @@ def test_pass_rate_estimates_are_shown_when_the_run_keeps_them(server, run_dir):
     page = get(server, "/")[2].decode()
     script = (PAGE_DIR / "watch.js").read_text()
     assert 'id="pass-rates"' in page and "drawPassRates(d)" in script and "Pass-rate estimates" in script
+
+
+def test_the_page_reads_rollout_lines_of_today_and_of_older_runs():
+    """rollouts.jsonl took the evaluation reports' keys (text, num_tokens); runs written before
+    (completion, tokens) still show their completions."""
+    from mlx_swe_rl.reports.watch import _rollout_view
+
+    info = {"code": None, "format_ok": False, "passed": 0, "total": 1, "reward_parts": {}, "tests": []}
+    today = Episode.single("p", Sample(0, [5, 6], "I think", [], "stop"), 0.0, False, info).summary()
+    older = {"reward": 0.0, "solved": False, "completion": "I think", "tokens": 2, "code": None, "tests": []}
+    for line in (today, older):
+        view = _rollout_view(line, None)
+        assert view["completion"] == "I think" and view["tokens"] == 2

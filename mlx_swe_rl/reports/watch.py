@@ -341,8 +341,10 @@ class RunWatcher:
 
 def _rollout_view(r: dict[str, Any], puzzle: Any) -> dict[str, Any]:
     """One completion as the page shows it. Lines written before rollouts.jsonl recorded the
-    extracted code get it extracted here, with the same rule as the scorer."""
-    completion = r.get("completion") if isinstance(r.get("completion"), str) else ""
+    extracted code get it extracted here, with the same rule as the scorer; lines written before
+    it took the evaluation reports' keys (`text`, `num_tokens`) name them `completion`, `tokens`."""
+    text = r.get("text", r.get("completion"))
+    completion = text if isinstance(text, str) else ""
     if "code" in r:
         code = r["code"] if isinstance(r["code"], str) else None
     elif puzzle is not None:
@@ -354,7 +356,7 @@ def _rollout_view(r: dict[str, Any], puzzle: Any) -> dict[str, Any]:
     buggy = getattr(puzzle, "buggy", None)
     tests = r.get("tests")
     return {"reward": r.get("reward"), "solved": bool(r.get("solved")), "completion": completion,
-            "tokens": r.get("tokens"), "truncated": r.get("truncated"), "code": code,
+            "tokens": r.get("num_tokens", r.get("tokens")), "truncated": r.get("truncated"), "code": code,
             "diff": code_diff(buggy, code) if code is not None and buggy is not None else None,
             "tests": [{"status": str(t.get("status", "?")), "detail": str(t.get("detail", ""))}
                       for t in tests if isinstance(t, dict)] if isinstance(tests, list) else None,

@@ -117,16 +117,16 @@ class Episode:
         }
 
     def summary(self) -> dict[str, Any]:
-        """The compact line the trainer appends to rollouts.jsonl for each episode: reward, the
-        last completion, extracted code (None when the response held none), one short outcome
-        per test, and every turn (`Turn.record`), so a run can be read back (`mlx-swe-rl
-        watch`) without rerunning anything."""
+        """The compact line the trainer appends to rollouts.jsonl for each episode: `record()`'s
+        keys, fewer of them (the last completion, its extracted code or None, reward), one short
+        outcome per test, and every turn (`Turn.record`), so a run can be read back
+        (`mlx-swe-rl watch`) without rerunning anything."""
         return {
             "puzzle_id": self.puzzle_id,
             "reward": self.reward,
             "solved": self.solved,
-            "completion": self.sample.text,
-            "tokens": self.sample.num_tokens,
+            "text": self.sample.text,
+            "num_tokens": self.sample.num_tokens,
             "truncated": self.sample.truncated,
             "code": self.info.get("code"),
             "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
