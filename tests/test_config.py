@@ -6,9 +6,11 @@ import dataclasses
 import typing
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 import yaml
 
+from mlx_swe_rl.models.specs import auto_dtype, resolve_dtype
 from mlx_swe_rl.rl.config import Config, ConfigError, describe, load_config, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +129,7 @@ def test_yaml_booleans_are_booleans():
                                  "did you mean 'on_policy'?"),
     (["grpo.advantage=zscore"], "grpo.advantage: 'zscore' is not one of std, mean, rloo"),
     (["finetune.reference_bits=3"], "finetune.reference_bits: 3 is not one of null, 4, 8"),
-    (["model.dtype=float63"], "model.dtype: 'float63' is not one of float32, float16, bfloat16; "
+    (["model.dtype=float63"], "model.dtype: 'float63' is not one of auto, float32, float16, bfloat16; "
                               "did you mean 'float32'?"),
     (["reward.test=1"], "reward.test: unknown reward function (did you mean 'tests'?)"),
     (["reward={tests: 0}"], "reward: all weights are zero"),
@@ -208,8 +210,18 @@ def test_every_described_key_can_be_set():
         node = loaded
         for part in key.split("."):
             node = getattr(node, part)
-        assert node == value, key
+        assert node == (resolve_dtype(value) if key == "model.dtype" else value), key
     assert load_config(None, []) == cfg
+
+
+def test_dtype_auto_is_resolved_for_the_device():
+    # this suite runs on MLX's CPU backend: auto means float32 there, and the config records it
+    assert mx.default_device().type == mx.DeviceType.cpu
+    assert auto_dtype() == "float32"
+    assert Config().model.dtype == "float32"
+    assert load_config(None, ["model.dtype=auto"]).model.dtype == "float32"
+    assert load_config(None, ["model.dtype=bfloat16"]).model.dtype == "bfloat16"
+    assert "dtype: float32" in yaml.safe_dump(to_dict(load_config(None, [])))
 
 
 # ------------------------------------------------------------------------------ bundled configs
@@ -226,3 +238,17 @@ def test_bundled_configs_load(path):
     assert isinstance(cfg, Config)
     raw = yaml.safe_load(path.read_text()) or {}
     assert isinstance(raw, dict)
+
+
+def test_prompt_keys_reach_the_environment():
+    from mlx_swe_rl.env.codefix import CodeFixEnv
+    from mlx_swe_rl.puzzles.format import load_puzzles
+
+    cfg = load_config(None, ["prompt.template=seed", "prompt.system=none"])
+    puzzle = load_puzzles(None, ["easy"], "train")[0]
+    with CodeFixEnv([puzzle], style=cfg.prompt.style()) as env:
+        messages = env.prompt_for(puzzle.id)
+    assert [m["role"] for m in messages] == ["user"]
+    assert messages[0]["content"].startswith("Fix the buggy Python function below.")
+    with pytest.raises(ConfigError, match="prompt.template: 'sead' is not one of block, seed, find"):
+        load_config(None, ["prompt.template=sead"])

@@ -147,19 +147,24 @@ def test_no_grad_log_probs_on_the_fast_attention_agree(tiny_model):
     """The reference pass (`no_grad_log_probs`, inside `inference()`) gives the log-probs of
     the differentiated forward."""
     from mlx_swe_rl.rl.policy import GroupBatch, group_log_probs
-    from mlx_swe_rl.rl.trainer import no_grad_log_probs
+    from mlx_swe_rl.rl.trainer import LossGroup, micro_batches, no_grad_log_probs
 
     model, _ = tiny_model
-    batch = GroupBatch.build(list(range(5, 30)), [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17]])
+    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17]]
+    group = LossGroup(list(range(5, 30)), completions, [[1.0] * len(c) for c in completions], [0.0] * 3,
+                      [0.0] * 3, [0.0] * 3)
     calls = []
     real_fast_exp = fastmath.fast_exp
     try:
         fastmath.fast_exp = lambda x: calls.append(x.shape) or real_fast_exp(x)
-        fast = no_grad_log_probs(model, batch)
+        fast = no_grad_log_probs(model, micro_batches(group, 2))  # one prompt pass, two micro-batches
         assert any(len(shape) == 5 and shape[-2] > 1 for shape in calls)  # prompt-length queries took it
     finally:
         fastmath.fast_exp = real_fast_exp
-    close(fast, group_log_probs(model, batch)[0], 1e-5)
+    # micro-batches are cut longest first: completions 2 and 0, then 1
+    for rows, logp in zip([[2, 0], [1]], fast):
+        whole = group_log_probs(model, GroupBatch.build(group.prompt, [completions[i] for i in rows]))[0]
+        close(logp, whole, 1e-5)
 
 
 @pytest.mark.parametrize("mask", ["causal", "bool", "additive", "2d"])

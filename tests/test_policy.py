@@ -94,3 +94,44 @@ def test_lora_matmuls_follow_the_input_dtype_and_adapters_stay_float32(tiny_mode
     flat = dict(tree_flatten(grads))
     assert flat and all(k.endswith(("lora_a", "lora_b")) and v.dtype == mx.float32 for k, v in flat.items())
     assert all(v.dtype == mx.float32 for k, v in tree_flatten(model.trainable_parameters()))
+
+
+def test_micro_batched_group_gradient_equals_the_whole_group_gradient(tiny_model_dir):
+    # trainer.group_gradients: a group cut into micro-batches runs its prompt once and carries
+    # the micro-batches' gradients with respect to the prompt's keys, values and last hidden
+    # state back through it in one vector-Jacobian product; the gradient is the whole group's.
+    from mlx_swe_rl.rl.trainer import LossGroup, group_gradients, micro_batches
+    from mlx_swe_rl.rl.policy import completion_pass, prompt_states
+
+    model, _ = load_model(str(tiny_model_dir))
+    prepare_policy(model, FinetuneConfig())
+    mx.random.seed(2)
+    for layer in lora_layers(model):
+        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
+    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22]]
+    group = LossGroup(list(range(5, 60)), completions, [[1.0] * len(c) for c in completions],
+                      [1.0, -0.5, 0.3, 2.0, -1.2], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2] * 5)
+
+    def loss_fn(m, old, ref, states):
+        logp, _ = completion_pass(model, states or prompt_states(model, m.batch.prompt), m.batch)
+        loss = (logp.sum(axis=1) * m.advantages * m.weights).sum()
+        return loss, {"tokens": m.batch.mask().sum()}
+
+    results = {}
+    for size in (2, 64):
+        micro = micro_batches(group, size)
+        assert len(micro) == (3 if size == 2 else 1)
+        sums: dict[str, float] = {}
+        grads = group_gradients(model, loss_fn, micro, [None] * len(micro), [None] * len(micro), sums)
+        results[size] = (dict(tree_flatten(grads)), sums)
+    (split, split_sums), (whole, whole_sums) = results[2], results[64]
+    assert split_sums["tokens"] == whole_sums["tokens"] == 16
+    assert abs(split_sums["loss"] - whole_sums["loss"]) < 1e-4
+    assert split.keys() == whole.keys() and split
+    for name, value in whole.items():
+        assert mx.abs(split[name] - value).max().item() < 1e-5 + 1e-4 * mx.abs(value).max().item(), name
+    # the prompt's share of the gradient is there: without the product through the prompt the
+    # lowest layer's adapters would get (almost) nothing from tokens the prompt's keys reach
+    assert any(mx.abs(v).max().item() > 1e-3 for k, v in whole.items() if ".layers.0." in k)
+    # and the model holds its real parameters again, not the transformations' copies
+    assert all(isinstance(v, mx.array) for _, v in tree_flatten(model.trainable_parameters()))

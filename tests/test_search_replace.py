@@ -7,6 +7,7 @@ import pytest
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.env.formats import answer_format
 from mlx_swe_rl.env.search_replace import Edit, FormatError, apply_edits, extract_edited_code, parse_edits
+from mlx_swe_rl.env.prompts import PromptStyle
 from mlx_swe_rl.puzzles.format import Puzzle
 
 BUGGY = "def span(xs):\n    low = max(xs)\n    high = min(xs)\n    return high - low\n"
@@ -62,7 +63,7 @@ def test_parse_and_apply_directly():
 
 def test_prompt_asks_for_edits_and_the_answer_ends_at_the_closing_tag():
     fmt = answer_format("search_replace")
-    (system, user) = fmt.messages(PUZZLE)
+    (system, user) = fmt.messages(PUZZLE, PromptStyle("block", "expert"))
     assert "<<<<<<< SEARCH" in user["content"] and BUGGY.rstrip() in user["content"]
     assert ORACLE.rstrip() not in user["content"]
     rule = fmt.stop_rule(PUZZLE)

@@ -214,6 +214,26 @@ def test_beta_zero_skips_the_reference(tmp_path, tiny_model_dir, env, monkeypatc
     assert calls[0] == 0
 
 
+def test_reference_runs_once_per_group_whatever_the_micro_batch(tmp_path, tiny_model_dir, env, monkeypatch):
+    # The reference forward keeps no activations, so it takes whole groups (one prompt pass per
+    # group) while the backward goes in micro-batches of 2; the step is the same as with one
+    # micro-batch per group, up to float rounding.
+    calls = count_adapters_off(monkeypatch)
+    records = {}
+    for size in (2, 64):
+        mx.random.seed(1234)
+        cfg = synth_cfg(tmp_path, tiny_model_dir, f"mb{size}", "grpo.beta=0.04", "train.steps=2",
+                        f"train.micro_batch_size={size}")
+        before = calls[0]
+        records[size] = train(cfg, env=env, progress=False, log=quiet).history
+        groups = sum(h["groups_kept"] for h in records[size])
+        assert calls[0] - before == groups  # once per kept group, not once per micro-batch
+    for small, whole in zip(records[2], records[64]):
+        assert small["reward_mean"] == whole["reward_mean"]
+        for key in ("loss", "kl", "grad_norm", "entropy"):
+            assert small[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-7), key
+
+
 # ------------------------------------------------------------------------------ 4. resume
 ADAPTER_TOL = dict(rtol=1e-5, atol=1e-6)  # float32 round-trips exactly; this only allows for kernel noise
 

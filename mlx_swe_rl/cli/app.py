@@ -276,12 +276,13 @@ def info() -> None:
 
     from .. import __version__
     from ..blas import blas_in_use
-    from ..models.specs import BUILTIN_MODELS, cache_dir
+    from ..models.specs import BUILTIN_MODELS, auto_dtype, cache_dir
     from ..sandbox.pool import Sandbox
 
     click.echo(f"mlx-swe-rl   {__version__}")
     click.echo(f"mlx          {mx.__version__}")
     click.echo(f"device       {mx.default_device()}")
+    click.echo(f"dtype auto   {auto_dtype()} (model.dtype / --dtype auto on this device)")
     click.echo(f"BLAS         {blas_in_use()}")
     click.echo(f"model cache  {cache_dir()}")
     with Sandbox(1, confinement="auto") as box:
@@ -354,7 +355,7 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
                    "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples).")
 def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
-             full_completions: bool, answer_format: str, turns: int, test_split, sandbox: dict, out: Path,
+             full_completions: bool, answer_format: str, style, turns: int, test_split, sandbox: dict, out: Path,
              write_train_set: Path | None, rounds: int) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
@@ -371,7 +372,7 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     plan = SamplingPlan(group_size, temperature, max_tokens, seed=seed, batch_size=batch_size,
                         stop_after_answer=not full_completions, max_turns=turns)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
-        model, tokenizer, env, puzzles, plan, rounds=rounds), answer_format, test_split)
+        model, tokenizer, env, puzzles, plan, rounds=rounds), answer_format, test_split, style)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")

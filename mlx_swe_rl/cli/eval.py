@@ -31,7 +31,7 @@ from .options import (fail, model_options, model_report, multi_turn_options, puz
               help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
-         full_completions: bool, answer_format: str, turns: int, test_split, best_of_n: bool, sandbox: dict,
+         full_completions: bool, answer_format: str, style, turns: int, test_split, best_of_n: bool, sandbox: dict,
          out: Path | None, baseline: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
     --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
@@ -47,7 +47,7 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     plan = SamplingPlan(samples, temperature, max_tokens, seed=seed, batch_size=batch_size,
                         stop_after_answer=not full_completions, max_turns=turns)
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
-        model, tokenizer, env, puzzles, plan, best_of_n=best_of_n and turns > 1), answer_format, test_split)
+        model, tokenizer, env, puzzles, plan, best_of_n=best_of_n and turns > 1), answer_format, test_split, style)
     click.echo(format_report(report))
     if earlier is not None:
         changes = compare_reports(earlier, report)

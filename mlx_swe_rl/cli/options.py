@@ -16,7 +16,7 @@ def fail(message: str) -> None:
 
 def model_options(func: Callable) -> Callable:
     """--model, --adapter and --dtype."""
-    from ..models.specs import DEFAULT_MODEL, DTYPES
+    from ..models.specs import DEFAULT_MODEL, DTYPE_CHOICES
 
     options = [
         click.option("--model", "model_spec", default=DEFAULT_MODEL, show_default=True,
@@ -24,8 +24,8 @@ def model_options(func: Callable) -> Callable:
                           "name (smollm2-135m)."),
         click.option("--adapter", type=click.Path(path_type=Path), default=None,
                      help="LoRA adapter directory (mlx-lm format) to apply."),
-        click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-                     help="Floating-point dtype of the weights (float32 is fastest on CPU)."),
+        click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
+                     help="Floating-point dtype of the weights (auto: float32 on a CPU, bfloat16 on a GPU)."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
@@ -43,11 +43,17 @@ def puzzle_options(func: Callable) -> Callable:
 
 
 def sampling_options(defaults: dict[str, Any]) -> Callable:
-    """--temperature, --max-tokens, --seed, --batch-size, --full-completions, --format with
+    """--temperature, --max-tokens, --seed, --batch-size, --full-completions, --format,
+    --prompt-template and --prompt-system (handed to the command as one `style`), with
     per-command defaults."""
     from ..env.formats import FORMATS
+    from ..env.prompts import SYSTEM_MESSAGES, TEMPLATES, PromptStyle
 
     def wrap(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def command(*args: Any, prompt_template: str, prompt_system: str, **kwargs: Any) -> Any:
+            return func(*args, style=PromptStyle(prompt_template, prompt_system), **kwargs)
+
         options = [
             click.option("--temperature", type=float, default=defaults.get("temperature"),
                          help="Sampling temperature (0 = greedy)."),
@@ -62,8 +68,12 @@ def sampling_options(defaults: dict[str, Any]) -> Callable:
             click.option("--format", "answer_format", type=click.Choice(list(FORMATS)), default="function",
                          show_default=True, help="Answer format: the whole function in a code block, or SWE-RL's "
                                                  "SEARCH/REPLACE edits."),
+            click.option("--prompt-template", type=click.Choice(list(TEMPLATES)), default=PromptStyle().template,
+                         show_default=True, help="Wording of the question (function format; docs: prompts)."),
+            click.option("--prompt-system", type=click.Choice(list(SYSTEM_MESSAGES)), default=PromptStyle().system,
+                         show_default=True, help="System message (none: the chat template's default)."),
         ]
-        return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+        return functools.reduce(lambda f, opt: opt(f), reversed(options), command)
     return wrap
 
 
@@ -162,19 +172,25 @@ def open_model(model_spec: str, adapter: Path | None, dtype: str):
 
 def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: list, sandbox: dict[str, Any],
                  run: Callable[[Any, Any, Any], dict[str, Any]], answer_format: str = "function",
-                 split: Any = None) -> dict[str, Any]:
+                 split: Any = None, style: Any = None) -> dict[str, Any]:
     """Load the model, open the scorer (`sandbox`: the keyword arguments of `open_scorer`) and
-    environment (asking for `answer_format`; `split`: the test split of multi-turn runs), run
+    environment (asking for `answer_format` in `style`, an `env.prompts.PromptStyle`; `split`:
+    the test split of multi-turn runs), run
     `run(model, tokenizer, env)`, and return its report with the run's metadata in front."""
     from ..env.codefix import CodeFixEnv
+    from ..env.prompts import PromptStyle
     from ..runfiles import run_metadata
 
     model, tokenizer = open_model(model_spec, adapter, dtype)
     from ..models.chat import ChatTemplateError
 
-    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer, answer_format=answer_format, split=split) as env:
+    style = style or PromptStyle()
+    with open_scorer(**sandbox) as scorer, CodeFixEnv(puzzles, scorer, answer_format=answer_format, split=split,
+                                                     style=style) as env:
         try:
             report = run(model, tokenizer, env)
         except ChatTemplateError as exc:
             fail(f"{model_spec}: {exc}")
-    return {"meta": {**run_metadata(model_spec, adapter, dtype), "format": answer_format}, **report}
+    meta = {**run_metadata(model_spec, adapter, dtype), "format": answer_format,
+            "prompt": {"template": style.template, "system": style.system}}
+    return {"meta": meta, **report}

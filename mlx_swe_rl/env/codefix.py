@@ -9,6 +9,7 @@ from typing import Any
 
 from . import formats
 from .feedback import TestSplit, feedback_message, public_view
+from .prompts import PromptStyle
 from ..puzzles.format import Puzzle
 from ..stopping import StopRule
 from .rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, NEEDS_TESTS, Completion, combine,
@@ -23,7 +24,8 @@ class CodeFixEnv:
 
     `reward` weighs the rewards of tasks with tests; tasks without tests (mined from a history
     with no usable tests) earn `reward_without_tests`, which cannot use the test rewards.
-    `answer_format` is how the model is asked and read (env.formats: function, search_replace).
+    `answer_format` is how the model is asked and read (env.formats: function, search_replace),
+    `style` the wording and system message of the question (env.prompts).
 
     With a `split` (multi-turn repair) every scored answer also runs the puzzle's public tests
     alone, for the feedback, and its reward and `solved` come from the hidden tests (or all,
@@ -36,13 +38,14 @@ class CodeFixEnv:
     def __init__(self, puzzles: list[Puzzle], scorer: Scorer | None = None,
                  reward: Mapping[str, float] = DEFAULT_REWARD, answer_format: str = "function",
                  reward_without_tests: Mapping[str, float] = DEFAULT_REWARD_WITHOUT_TESTS,
-                 split: TestSplit | None = None):
+                 split: TestSplit | None = None, style: PromptStyle = PromptStyle()):
         if not puzzles:
             raise ValueError("CodeFixEnv needs at least one puzzle")
         self.puzzles = {p.id: p for p in puzzles}
         self.reward = validate_weights(reward)
         self.reward_without_tests = validate_weights(reward_without_tests, "reward_without_tests", without_tests=True)
         self.format = formats.answer_format(answer_format)
+        self.style = style
         self.split = split
         self._own_scorer = scorer is None
         self.scorer = scorer or Scorer()
@@ -65,11 +68,11 @@ class CodeFixEnv:
         return self.current
 
     def get_prompt(self) -> list[dict[str, str]]:
-        return self.format.messages(self._require_current())
+        return self.format.messages(self._require_current(), self.style)
 
     def prompt_for(self, puzzle_id: str) -> list[dict[str, str]]:
         """The chat messages for any puzzle of this environment."""
-        return self.format.messages(self.puzzles[puzzle_id])
+        return self.format.messages(self.puzzles[puzzle_id], self.style)
 
     def stop_rule(self, puzzle_id: str) -> StopRule | None:
         """Where the sampler may end a completion for this puzzle: once its answer is complete."""

@@ -33,12 +33,12 @@ class StopStrings:
 
 @dataclass(frozen=True)
 class AnswerFormat:
-    """One answer format: `messages(puzzle)` is the chat prompt, `extract(response, puzzle)` the
+    """One answer format: `messages(puzzle, style)` is the chat prompt, `extract(response, puzzle)` the
     candidate code or None with the reason (a format failure), `stop_rule(puzzle)` where an
     answer is complete."""
 
     name: str
-    messages: Callable[[Puzzle], list[dict[str, str]]]
+    messages: Callable[[Puzzle, prompts.PromptStyle], list[dict[str, str]]]
     extract: Callable[[str, Puzzle], tuple[str | None, str | None]]
     stop_rule: Callable[[Puzzle], StopRule | None]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..puzzles.format import Puzzle
-from .prompts import SYSTEM_PROMPT
+from .prompts import PromptStyle
 
 USER_TEMPLATE = """Fix the bug in this Python code.
 
@@ -42,10 +42,10 @@ SOLUTION_OPEN, SOLUTION_CLOSE = "<solution>", "</solution>"
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 
 
-def build_messages(puzzle: Puzzle) -> list[dict[str, str]]:
-    """Chat messages asking for SEARCH/REPLACE edits of the buggy code."""
-    user = USER_TEMPLATE.format(description=puzzle.description, code=puzzle.buggy.rstrip())
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+def build_messages(puzzle: Puzzle, style: PromptStyle = PromptStyle()) -> list[dict[str, str]]:
+    """Chat messages asking for SEARCH/REPLACE edits of the buggy code (the format has its own
+    wording: of `style`, only the system message applies)."""
+    return style.chat(USER_TEMPLATE.format(description=puzzle.description, code=puzzle.buggy.rstrip()))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,21 @@ from typing import Any
 DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 CACHE_ENV = "MLX_SWE_RL_CACHE"
 DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_CHOICES = ("auto",) + DTYPES  # what a config or --dtype may say
+
+
+def auto_dtype() -> str:
+    """The dtype for float weights on MLX's default device: bfloat16 on a GPU (Metal, CUDA),
+    where it halves memory and runs fast; float32 on a CPU, where MLX's bfloat16 and quantized
+    kernels are 22-64x slower than its float32 GEMM (bench/NOTES.md)."""
+    import mlx.core as mx
+
+    return "float32" if mx.default_device().type == mx.DeviceType.cpu else "bfloat16"
+
+
+def resolve_dtype(dtype: str | None) -> str | None:
+    """`dtype` with "auto" replaced by the device's choice (`auto_dtype`)."""
+    return auto_dtype() if dtype == "auto" else dtype
 
 
 class ModelError(Exception):
@@ -122,12 +137,13 @@ def resolve_model(spec: str, *, progress: bool = True) -> Path:
 def load_model(spec: str, *, adapter: str | Path | None = None, dtype: str | None = None,
                progress: bool = True) -> tuple[Any, Any]:
     """Load (model, tokenizer) for `spec` with mlx-lm; optionally apply LoRA adapters and cast
-    floating-point weights to `dtype` (quantized weights stay quantized)."""
+    floating-point weights to `dtype` ("auto": the device's choice; quantized weights stay quantized)."""
     import mlx.core as mx
     from mlx_lm import load
 
-    if dtype is not None and dtype not in DTYPES:
-        raise ModelError(f"dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+    if dtype is not None and dtype not in DTYPE_CHOICES:
+        raise ModelError(f"dtype: {dtype!r} is not one of {', '.join(DTYPE_CHOICES)}")
+    dtype = resolve_dtype(dtype)
     path = resolve_model(spec, progress=progress)
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         raise ModelError(f"{adapter}: no adapter_config.json (expected an mlx-lm adapter directory)")

@@ -19,8 +19,9 @@ import yaml
 
 from ..env.feedback import TestSplit
 from ..env.formats import FORMATS
+from ..env.prompts import SYSTEM_MESSAGES, TEMPLATES, PromptStyle
 from ..env.rewards import DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, validate_weights
-from ..models.specs import DTYPES
+from ..models.specs import DTYPE_CHOICES, resolve_dtype
 from ..sandbox.confine import MODES as CONFINEMENT_MODES
 from ..sandbox.confine import confinable_platform
 from .grpo import ADVANTAGE_METHODS, AGGREGATIONS, RATIO_LEVELS
@@ -47,13 +48,28 @@ def meta(default: Any = dataclasses.MISSING, *, choices: tuple | None = None, mi
 @dataclass
 class ModelConfig:
     spec: str = meta("smollm2-135m", doc="model spec: HF repo id, mlx-lm dir, .gguf, ollama:NAME, built-in")
-    dtype: str = meta("float32", choices=DTYPES, doc="dtype of float weights (float32 is fastest on CPU)")
+    dtype: str = meta("auto", choices=DTYPE_CHOICES, doc="dtype of float weights; auto: float32 on a CPU (MLX's "
+                      "only fast CPU dtype), bfloat16 on a GPU (Metal, CUDA)")
+
+    def __post_init__(self) -> None:
+        # Resolved once, so the run's config.yaml, the preflight and the model agree on it.
+        if self.dtype == "auto":
+            self.dtype = resolve_dtype(self.dtype)
 
 
 @dataclass
 class PromptConfig:
     format: str = meta("function", choices=FORMAT_NAMES, doc="answer format: function (the whole fixed function "
                        "in a code block) or search_replace (SWE-RL: think, then SEARCH/REPLACE edits)")
+    template: str = meta(PromptStyle().template, choices=tuple(TEMPLATES), doc="wording of the question (function "
+                         "format): block (ask for one python block), seed (the seed's: the bare function), find "
+                         "(say the code has a bug; find and fix it)")
+    system: str = meta(PromptStyle().system, choices=tuple(SYSTEM_MESSAGES), doc="system message: expert (ours) or "
+                       "none (the chat template's default)")
+
+    def style(self) -> PromptStyle:
+        """The wording and system message as the environment takes them."""
+        return PromptStyle(self.template, self.system)
 
 
 @dataclass

@@ -385,12 +385,13 @@ def format_estimate(est: Estimate, limit: int | None, source: str, title: str = 
     return "\n".join(lines)
 
 
-def longest_prompts(model_dir: Path, groups: Iterable[list[Any]]) -> list[int]:
-    """The longest chat prompt (tokens, with the model's chat template) of each group of
-    puzzles (0 for an empty group); loads only the tokenizer."""
+def longest_prompts(model_dir: Path, groups: Iterable[list[Any]], style: Any = None) -> list[int]:
+    """The longest chat prompt (tokens, with the model's chat template, asked in `style`, an
+    `env.prompts.PromptStyle`) of each group of puzzles (0 for an empty group); loads only the
+    tokenizer."""
     from mlx_lm.utils import load_tokenizer
 
-    from ..env.prompts import build_messages
+    from ..env.prompts import PromptStyle, build_messages
     from ..models.sampling import encode_chat
 
     tokenizer = load_tokenizer(Path(model_dir))
@@ -399,7 +400,7 @@ def longest_prompts(model_dir: Path, groups: Iterable[list[Any]]) -> list[int]:
     for puzzles in groups:
         for p in puzzles:
             if p.id not in lengths:
-                lengths[p.id] = len(encode_chat(tokenizer, build_messages(p)))
+                lengths[p.id] = len(encode_chat(tokenizer, build_messages(p, style or PromptStyle())))
         out.append(max((lengths[p.id] for p in puzzles), default=0))
     return out
 
@@ -414,7 +415,7 @@ def plan(cfg: Config, puzzles: list[Any], eval_set: list[Any]) -> tuple[ModelSha
 
     model_dir = resolve_model(cfg.model.spec)
     shape = read_shape(model_dir)
-    train_prompt, eval_prompt = longest_prompts(model_dir, [puzzles, eval_set])
+    train_prompt, eval_prompt = longest_prompts(model_dir, [puzzles, eval_set], cfg.prompt.style())
     return shape, Workload.from_config(cfg, shape, train_prompt, eval_prompt, len(eval_set), len(puzzles))
 
 

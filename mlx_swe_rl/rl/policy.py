@@ -229,13 +229,13 @@ class PrefixCache:
 
     Unlike mlx-lm's KVCache it writes nothing in place: the completion pass concatenates the
     prompt's keys (broadcast over the batch) with its own, so gradients flow back through the
-    shared prompt computation exactly once.
+    shared prompt computation exactly once, and one prompt's caches serve any number of passes.
     """
 
-    def __init__(self) -> None:
-        self.keys: mx.array | None = None
-        self.values: mx.array | None = None
-        self.offset = 0
+    def __init__(self, keys: mx.array | None = None, values: mx.array | None = None) -> None:
+        self.keys: mx.array | None = keys
+        self.values: mx.array | None = values
+        self.offset = 0 if keys is None else keys.shape[2]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         if self.keys is None:
@@ -284,21 +284,53 @@ class GroupBatch:
         return [[w for w, m in enumerate(row) if m] for row in self.loss_mask]
 
 
-def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = False
+@dataclass
+class PromptStates:
+    """What the completions of a prompt read from it: every layer's keys and values, and the
+    last position's hidden state (it predicts completion token 0)."""
+
+    keys: list[mx.array]
+    values: list[mx.array]
+    last: mx.array  # [1, 1, H]
+
+    def arrays(self) -> list[mx.array]:
+        """Flat, for mx.vjp and mx.value_and_grad: the keys, the values, the last hidden state."""
+        return [*self.keys, *self.values, self.last]
+
+    @classmethod
+    def from_arrays(cls, arrays: list[mx.array]) -> "PromptStates":
+        n = (len(arrays) - 1) // 2
+        return cls(list(arrays[:n]), list(arrays[n:2 * n]), arrays[-1])
+
+
+def prompt_states(model: nn.Module, prompt: mx.array) -> PromptStates:
+    """One forward over a prompt's ids [P]: its keys and values per layer and last hidden state."""
+    caches = [PrefixCache() for _ in model.layers]
+    hidden = model.model(prompt[None], cache=caches)  # [1, P, H]
+    return PromptStates([c.keys for c in caches], [c.values for c in caches], hidden[:, -1:])
+
+
+def completion_pass(model: nn.Module, states: PromptStates, batch: GroupBatch, with_entropy: bool = False
                     ) -> tuple[mx.array, mx.array | None]:
-    """Like `completion_log_probs`, but the prompt runs once for the whole group: one pass over
-    the prompt, then one over the completions attending to its keys and values. Completion
-    token 0 is predicted from the prompt's last position, token j from completion position j-1."""
-    cache = [PrefixCache() for _ in model.layers]
-    prompt_hidden = model.model(batch.prompt[None], cache=cache)  # [1, P, H]
+    """log pi of `batch`'s completions [G, width] after the prompt whose `states` are given: one
+    forward over the completions attending to the prompt's keys and values. Completion token 0
+    is predicted from the prompt's last position, token j from completion position j-1."""
+    caches = [PrefixCache(k, v) for k, v in zip(states.keys, states.values)]
     group = batch.tokens.shape[0]
-    first = mx.broadcast_to(prompt_hidden[:, -1:], (group, 1, prompt_hidden.shape[-1]))
+    first = mx.broadcast_to(states.last, (group, 1, states.last.shape[-1]))
     if batch.width > 1:
-        rest = model.model(batch.tokens[:, :-1], cache=cache)  # [G, width - 1, H]
+        rest = model.model(batch.tokens[:, :-1], cache=caches)  # [G, width - 1, H]
         hidden = mx.concatenate([first, rest], axis=1)
     else:
         hidden = first
     return head_log_probs(model, hidden, batch.tokens, batch.positions(), with_entropy)
+
+
+def group_log_probs(model: nn.Module, batch: GroupBatch, with_entropy: bool = False
+                    ) -> tuple[mx.array, mx.array | None]:
+    """Like `completion_log_probs`, but the prompt runs once for the whole group: one pass over
+    the prompt (`prompt_states`), then one over the completions (`completion_pass`)."""
+    return completion_pass(model, prompt_states(model, batch.prompt), batch, with_entropy)
 
 
 # --- the model bundle ------------------------------------------------------------------------

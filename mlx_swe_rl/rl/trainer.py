@@ -30,14 +30,14 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from . import alarms
 from . import distributed as dist
 from .config import Config
 from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import GroupBatch, Policy, build_policy, group_log_probs
+from .policy import GroupBatch, Policy, PromptStates, build_policy, completion_pass, prompt_states
 from ..puzzles.format import Puzzle
 from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
 from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history, write_json_atomic
@@ -88,14 +88,31 @@ class LossGroup:
     stat_weights: list[float] = field(default_factory=list)
 
 
-def micro_batches(groups: list[LossGroup], size: int) -> list[tuple[GroupBatch, mx.array, mx.array, mx.array]]:
-    """At most `size` completions of one prompt per micro-batch, so the prompt runs once."""
+@dataclass
+class MicroBatch:
+    """Completions of one prompt that go through one forward/backward, with their advantages,
+    loss weights and diagnostic weights."""
+
+    batch: GroupBatch
+    advantages: mx.array
+    weights: mx.array
+    stat_weights: mx.array
+
+
+def micro_batches(group: LossGroup, size: int) -> list[MicroBatch]:
+    """At most `size` of the group's completions per micro-batch. A group that needs several is
+    cut longest first, so each micro-batch holds completions of like length and pads little;
+    the loss sums over completions, so their order does not change it. A group that fits one
+    micro-batch keeps its order (and its committed seeded histories their exact arithmetic)."""
+    n = len(group.completions)
+    order = sorted(range(n), key=lambda i: -len(group.completions[i])) if n > size else list(range(n))
     out = []
-    for g in groups:
-        for i in range(0, len(g.completions), size):
-            out.append((GroupBatch.build(g.prompt, g.completions[i:i + size], g.masks[i:i + size]),
-                        mx.array(g.advantages[i:i + size]),
-                        mx.array(g.weights[i:i + size]), mx.array(g.stat_weights[i:i + size])))
+    for start in range(0, n, size):
+        rows = order[start:start + size]
+        out.append(MicroBatch(GroupBatch.build(group.prompt, [group.completions[i] for i in rows],
+                                               [group.masks[i] for i in rows]),
+                              mx.array([group.advantages[i] for i in rows]), mx.array([group.weights[i] for i in rows]),
+                              mx.array([group.stat_weights[i] for i in rows])))
     return out
 
 
@@ -149,28 +166,77 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
     return groups, info
 
 
-def no_grad_log_probs(model: nn.Module, batch: GroupBatch) -> mx.array:
-    """Training-style forward (eval mode: no dropout) without gradient."""
+def no_grad_log_probs(model: nn.Module, micro: list[MicroBatch]) -> list[mx.array]:
+    """Training-style forward (eval mode: no dropout) without gradient of a group's micro-batches:
+    its prompt runs once, and each micro-batch's completions attend to its keys and values."""
     was_training = model.training
     model.eval()
     with fastmath.inference():  # never differentiated: the fast prompt-length attention may run
-        logp, _ = group_log_probs(model, batch)
-    logp = mx.stop_gradient(logp)
-    mx.eval(logp)
+        states = prompt_states(model, micro[0].batch.prompt)
+        out = []
+        for m in micro:
+            logp = mx.stop_gradient(completion_pass(model, states, m.batch)[0])
+            mx.eval(logp)
+            out.append(logp)
     if was_training:
         model.train()
-    return logp
+    return out
 
 
-def accumulate(loss_and_grad: Callable, grads: Any, sums: dict[str, float], *inputs: Any) -> Any:
-    """grads + this micro-batch's gradients, evaluated; adds its loss diagnostics to `sums`.
-    A function of its own so the micro-batch's gradients are released when it returns."""
-    (loss, stats), micro_grads = loss_and_grad(*inputs)
-    grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
-    mx.eval(grads, loss, stats)
-    for key, value in {"loss": loss, **stats}.items():
-        sums[key] = sums.get(key, 0.0) + value.item()
-    return grads
+def accumulate(total: Any, part: Any, sums: dict[str, float] | None = None, loss: mx.array | None = None,
+               stats: dict[str, mx.array] | None = None) -> Any:
+    """total + part, leaf by leaf (None: nothing yet), evaluated with the micro-batch's `loss` and
+    `stats` (added to `sums`), so the micro-batch's graph is released when it returns."""
+    total = part if total is None else tree_map(mx.add, total, part)
+    mx.eval(total, loss, stats)
+    if sums is not None:
+        for key, value in {"loss": loss, **stats}.items():
+            sums[key] = sums.get(key, 0.0) + value.item()
+    return total
+
+
+def group_gradients(model: nn.Module, loss_fn: Callable, micro: list[MicroBatch], olds: list, refs: list,
+                    sums: dict[str, float]) -> Any:
+    """The gradient of the loss over one group's micro-batches (trainable parameters), adding its
+    diagnostics to `sums`.
+
+    A group in one micro-batch is one forward/backward over prompt and completions. A group cut
+    into several would otherwise run its prompt forward and backward once per micro-batch; here
+    the prompt runs once without gradient, each micro-batch's backward also returns the gradient
+    with respect to the prompt's keys, values and last hidden state, and those are summed and
+    carried back through the prompt in one vector-Jacobian product. The same gradient, with the
+    prompt's backward done once."""
+    if len(micro) == 1:
+        (loss, stats), grads = nn.value_and_grad(model, loss_fn)(micro[0], olds[0], refs[0], None)
+        return accumulate(None, grads, sums, loss, stats)
+    params = model.trainable_parameters()
+    names, leaves = zip(*tree_flatten(params))
+
+    def with_leaves(arrays: Any) -> None:
+        model.update(tree_unflatten(list(zip(names, arrays))))
+
+    states = prompt_states(model, micro[0].batch.prompt)
+    mx.eval(states.arrays())
+
+    def micro_loss(leaf_list: list[mx.array], state_arrays: list[mx.array], m: MicroBatch, old: Any, ref: Any):
+        with_leaves(leaf_list)
+        return loss_fn(m, old, ref, PromptStates.from_arrays(state_arrays))
+
+    value_and_grads = mx.value_and_grad(micro_loss, argnums=(0, 1))
+    summed = None  # (gradient of the parameters, gradient of the prompt's states)
+    for m, old, ref in zip(micro, olds, refs):
+        (loss, stats), part = value_and_grads(list(leaves), states.arrays(), m, old, ref)
+        summed = accumulate(summed, part, sums, loss, stats)
+    leaf_grads, state_grads = summed
+
+    def prompt_forward(*arrays: mx.array) -> list[mx.array]:
+        with_leaves(arrays)
+        return prompt_states(model, micro[0].batch.prompt).arrays()
+
+    _, through_prompt = mx.vjp(prompt_forward, list(leaves), state_grads)
+    model.update(params)  # the real parameters back, not the transformations' copies
+    grads = accumulate(leaf_grads, through_prompt)
+    return tree_unflatten(list(zip(names, grads)))
 
 
 def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGroup]) -> dict[str, float]:
@@ -180,34 +246,36 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     cfg = policy.config
     g = cfg.grpo
     model = policy.model
-    batches = micro_batches(groups, cfg.train.micro_batch_size)
+    batches = [micro_batches(group, cfg.train.micro_batch_size) for group in groups]
     need_ref = g.beta > 0
     start = time.perf_counter()
     refs, olds = [], []
-    for batch, *_ in batches:
+    for micro in batches:
         if need_ref:
             with policy.reference_logits_model() as reference:
-                refs.append(no_grad_log_probs(reference, batch))
-        olds.append(no_grad_log_probs(model, batch) if g.num_iterations > 1 else None)
+                refs.append(no_grad_log_probs(reference, micro))
+        else:
+            refs.append([None] * len(micro))
+        olds.append(no_grad_log_probs(model, micro) if g.num_iterations > 1 else [None] * len(micro))
 
-    def loss_fn(batch, adv, weights, stat_weights, old, ref):
-        logp, entropy = group_log_probs(model, batch, with_entropy=True)
+    def loss_fn(m: MicroBatch, old: mx.array | None, ref: mx.array | None, states: PromptStates | None):
+        batch = m.batch
+        logp, entropy = completion_pass(model, states or prompt_states(model, batch.prompt), batch, with_entropy=True)
         # mu = 1: the sampling policy is the current one, ratio == 1 but the gradient flows.
         old = mx.stop_gradient(logp) if old is None else old
-        loss, stats = grpo_objective(logp, old, ref, adv, batch.mask(), weights, beta=g.beta,
+        loss, stats = grpo_objective(logp, old, ref, m.advantages, batch.mask(), m.weights, beta=g.beta,
                                      eps_low=g.clip_low, eps_high=g.clip_high, ratio_level=g.ratio_level,
-                                     stat_weights=stat_weights)
-        stats["entropy"] = (entropy * stat_weights[:, None] * batch.mask()).sum()
+                                     stat_weights=m.stat_weights)
+        stats["entropy"] = (entropy * m.stat_weights[:, None] * batch.mask()).sum()
         return loss, stats
 
-    loss_and_grad = nn.value_and_grad(model, loss_fn)
     model.train()
     totals: dict[str, float] = {"reference_s": time.perf_counter() - start}
     keys = ("loss", "policy_loss", "clip_frac", "entropy") + (("kl",) if need_ref else ())
     for iteration in range(g.num_iterations):
         grads, sums = None, dict.fromkeys(keys, 0.0)
-        for (batch, adv, weights, stat_weights), old, ref in zip(batches, olds, refs or [None] * len(batches)):
-            grads = accumulate(loss_and_grad, grads, sums, batch, adv, weights, stat_weights, old, ref)
+        for micro, old, ref in zip(batches, olds, refs):
+            grads = accumulate(grads, group_gradients(model, loss_fn, micro, old, ref, sums))
         if grads is None:
             grads = tree_map(mx.zeros_like, model.trainable_parameters())
         grads, sums = dist.all_sum_tree(grads), dist.all_sum(sums)  # the whole step's (no-ops on one rank)
@@ -220,8 +288,10 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
         if not (math.isfinite(sums["loss"]) and math.isfinite(norm)):
             raise TrainingError(f"non-finite loss ({sums['loss']}) or gradient norm ({norm}) at update "
                                 f"{iteration + 1}; this update was not applied (lower optim.lr?)")
+        optimizer_start = time.perf_counter()
         optimizer.update(model, grads)
         mx.eval(model.trainable_parameters(), optimizer.state)
+        totals["optimizer_s"] = totals.get("optimizer_s", 0.0) + time.perf_counter() - optimizer_start
         # Mean over the mu updates: the first always has ratio 1, so it alone shows no clipping.
         for key, value in {**sums, "grad_norm": norm}.items():
             totals[key] = totals.get(key, 0.0) + value / g.num_iterations
@@ -270,8 +340,9 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
                           "truncated": sum(r.sample.truncated for r in flat),
                           "errored": sum(bool(r.error) for r in flat),
                           "tokens_per_s": rollouts.stats.tokens_per_second})
-    slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "score_s": rollouts.score_seconds,
-                            "reference_s": stats.get("reference_s", 0.0), "update_s": update_seconds,
+    slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "prefill_s": rollouts.stats.prefill_seconds,
+                            "score_s": rollouts.score_seconds, "reference_s": stats.get("reference_s", 0.0),
+                            "optimizer_s": stats.get("optimizer_s", 0.0), "update_s": update_seconds,
                             "peak_memory_gb": mx.get_peak_memory() / 1e9})
     record = {
         "step": step,
@@ -298,9 +369,11 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
         "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
         else float(optimizer.learning_rate),
         "sample_s": slowest["sample_s"],  # timings and memory: the slowest / largest rank
+        "prefill_s": slowest["prefill_s"],  # part of sample_s: the prompts' forwards
         "score_s": slowest["score_s"],
         "reference_s": slowest["reference_s"],  # old/reference log-prob forwards
-        "update_s": slowest["update_s"],  # reference_s + forward/backward + optimizer
+        "optimizer_s": slowest["optimizer_s"],  # part of update_s: the optimizer's updates
+        "update_s": slowest["update_s"],  # reference_s + forward/backward + optimizer_s
         "step_s": time.perf_counter() - start,
         "peak_memory_gb": slowest["peak_memory_gb"],
         "puzzles": [p.id for p in puzzles] + [p.id for p in spare[:extra]],
@@ -356,10 +429,12 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                         require_confinement=cfg.sandbox.require_confinement)
         log(f"sandbox: {scorer.confinement}")
         every = list({p.id: p for p in puzzles + eval_set}.values())
-        env = CodeFixEnv(every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split())
+        env = CodeFixEnv(every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(),
+                         cfg.prompt.style())
         # evaluations with another number of turns score with their own split (one scorer)
         eval_env = env if cfg.multi_turn.split(eval_turns) == env.split else CodeFixEnv(
-            every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(eval_turns))
+            every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(eval_turns),
+            cfg.prompt.style())
     else:
         eval_env = env
     try:
