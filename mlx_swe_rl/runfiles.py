@@ -88,10 +88,9 @@ def run_metadata(model_spec: str, adapter: Path | None, dtype: str) -> dict[str,
 
     from . import __version__
     from .blas import blas_in_use
-    from .models.specs import resolve_dtype
 
     return {
-        "model": model_spec, "adapter": str(adapter) if adapter else None, "dtype": resolve_dtype(dtype),
+        "model": model_spec, "adapter": str(adapter) if adapter else None, "dtype": dtype,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mlx_swe_rl": __version__, "mlx": mx.__version__, "device": str(mx.default_device()),
         "blas": blas_in_use(), "python": sys.version.split()[0], "machine": platform.machine(),

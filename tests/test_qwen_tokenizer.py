@@ -59,12 +59,13 @@ def test_scored_answer_decoded_from_qwen_tokens(qwen_tokenizer):
 
 def test_memory_preflight_of_the_full_run_fits_a_16gb_mac(qwen_header_dir):
     # `train --config configs/grpo.yaml --set model.spec=qwen2.5-coder-1.5b --dry-run` reads the
-    # same shape and tokenizer; the header directory has them without the weights.
+    # same shape and tokenizer; the header directory has them without the weights. On a Mac the
+    # config's `dtype: auto` is bfloat16 (auto_dtype: a GPU); this machine would resolve float32.
     from mlx_swe_rl.rl.config import load_config
     from mlx_swe_rl.rl.memory import estimate, plan
     from mlx_swe_rl.rl.trainer import eval_puzzles, training_puzzles
 
-    cfg = load_config("configs/grpo.yaml", [f"model.spec={qwen_header_dir}"])
+    cfg = load_config("configs/grpo.yaml", [f"model.spec={qwen_header_dir}", "model.dtype=bfloat16"])
     train = training_puzzles(cfg)
     shape, work = plan(cfg, train, eval_puzzles(cfg, train))
     assert shape.vocab == 151936 and shape.layers == 28
