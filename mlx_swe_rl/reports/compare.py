@@ -97,11 +97,12 @@ def run_comparison(comparison: Comparison, train_fn: Callable[..., Any] | None =
         log(f"[{variant}] {'resuming' if resume else 'starting'} in {cfg.run_dir}")
         start = time.perf_counter()
         train_fn(cfg, resume=resume, progress=progress, log=log)
-        _add_wall_time(cfg.run_dir, time.perf_counter() - start)
+        add_wall_time(cfg.run_dir, time.perf_counter() - start)
     return write_summary(comparison)
 
 
-def _add_wall_time(run_dir: Path, seconds: float) -> None:
+def add_wall_time(run_dir: Path, seconds: float) -> None:
+    """Add `seconds` to the run's wall_time.json (a resumed run adds each sitting's time)."""
     path = run_dir / "wall_time.json"
     before = json.loads(path.read_text())["seconds"] if path.is_file() else 0.0
     path.write_text(json.dumps({"seconds": before + seconds}))

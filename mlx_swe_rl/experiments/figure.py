@@ -1,0 +1,58 @@
+"""The report's figure: reward, completion length and KL per step for every run (one colour per
+variant, one line style per seed), and every run's paired change from the base model per set
+with its 95% CI. Drawn from report.json's numbers only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STYLES = ("-", "--", ":", "-.")
+
+
+def draw(result: dict[str, Any], out: Path) -> Path:
+    from ..reports.figures import plt, smooth  # matplotlib set up for files (Agg) in one place
+
+    panels = (("reward_mean", "training reward (mean over the step's completions)", "reward"),
+              ("completion_len", "mean completion length", "tokens"),
+              ("kl", "KL to the reference", "nats"))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.4))
+    variants = list(dict.fromkeys(entry["variant"] for entry in result["runs"].values()))
+    seeds = sorted({entry["seed"] for entry in result["runs"].values()})
+    for run, entry in result["runs"].items():
+        colour, style = f"C{variants.index(entry['variant'])}", STYLES[seeds.index(entry["seed"]) % len(STYLES)]
+        for ax, (key, _, _) in zip(axes, panels):
+            values = entry["curves"][key]
+            if not values or any(v is None for v in values):  # beta 0: no KL recorded
+                continue
+            steps = range(1, len(values) + 1)
+            ax.plot(steps, smooth(values) if key == "reward_mean" else values, style, color=colour, label=run)
+    for ax, (_, title, unit) in zip(axes, panels):
+        ax.set(title=title, xlabel="step", ylabel=unit)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    _changes(axes[3], result)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _changes(ax: Any, result: dict[str, Any]) -> None:
+    """Each run's paired change per set (points) with its 95% CI."""
+    sets = list(result["sets"])
+    runs = [(run, entry) for run, entry in result["runs"].items() if entry["change"]]
+    width = 0.8 / max(len(runs), 1)
+    for i, (run, entry) in enumerate(runs):
+        rows = [entry["change"].get(s) for s in sets]
+        xs = [j + i * width for j, row in enumerate(rows) if row]
+        means = [100 * row["change"] for row in rows if row]
+        errs = [[100 * (row["change"] - row["ci95"][0]) for row in rows if row],
+                [100 * (row["ci95"][1] - row["change"]) for row in rows if row]]
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=run)
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(sets))],
+                  [f"{s}\n(avg@{result['sets'][s]['samples']})" for s in sets])
+    ax.set(title="paired change from the base model (points, 95% CI)", ylabel="points")
+    if runs:
+        ax.legend(fontsize=7)

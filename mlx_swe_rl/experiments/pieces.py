@@ -1,0 +1,155 @@
+"""An experiment broken into pieces, each kept on disk when done, so a rerun skips it: the data
+steps (done when their outputs exist), the training runs (done when the last checkpoint is the
+final step; a started one resumes from its checkpoint) and the evaluations (done when their
+report exists; reports are written atomically, so a killed one leaves nothing).
+
+Evaluation files keep the drivers' names: OUTPUT_DIR/eval-RUN-SET.json, the untrained model's
+as eval-base-SET.json (paired with every run asked the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from ..rl.config import Config, ConfigError, SamplingPlan
+from .spec import BASE, DataStep, EvalSet, Experiment
+
+
+@dataclass(frozen=True)
+class DataPiece:
+    """A data command, run once; done when every path it writes exists."""
+
+    step: DataStep
+
+    @property
+    def name(self) -> str:
+        return self.step.line()
+
+    def done(self) -> bool:
+        return all(p.exists() for p in self.step.outputs)
+
+    def state(self) -> str:
+        return "kept" if self.done() else "to make"
+
+
+@dataclass(frozen=True)
+class RunPiece:
+    """One variant at one seed: a training run through the trainer, in OUTPUT_DIR/VARIANT-sSEED."""
+
+    variant: str
+    seed: int
+    config: Config
+
+    @property
+    def name(self) -> str:
+        return self.config.run_name
+
+    @property
+    def run_dir(self) -> Path:
+        return self.config.run_dir
+
+    def steps_saved(self) -> int:
+        """The step of the run's newest checkpoint (0 when it has none)."""
+        for name in ("checkpoint", "checkpoint-old"):  # rundir.find_checkpoint's order, without importing MLX
+            state = self.run_dir / name / "state.json"
+            if state.is_file():
+                return int(json.loads(state.read_text())["step"])
+        return 0
+
+    def started(self) -> bool:
+        """Started before: the trainer wrote its config, so it is resumed (from step 0 when it
+        was killed before its first checkpoint)."""
+        return (self.run_dir / "config.yaml").is_file()
+
+    def done(self) -> bool:
+        from ..reports.compare import is_finished
+
+        return is_finished(self.config)
+
+    def state(self) -> str:
+        if self.done():
+            return "kept"
+        if self.started():
+            return f"resumes after step {self.steps_saved()} of {self.config.train.steps}"
+        return f"to train ({self.config.train.steps} steps)"
+
+
+@dataclass(frozen=True)
+class EvalPiece:
+    """One model (the base model, or a run's adapters) evaluated on one set."""
+
+    model: str  # BASE (or base-VARIANT) or a run's name
+    set_name: str
+    eval_set: EvalSet
+    config: Config  # the model, dtype, prompt and sampling defaults it is asked with
+    adapter: Path | None
+    out: Path
+    baseline: Path | None  # the base model's evaluation of the same set, asked the same way
+
+    @property
+    def name(self) -> str:
+        return f"eval {self.model} on {self.set_name}"
+
+    def done(self) -> bool:
+        return self.out.is_file()
+
+    def state(self) -> str:
+        return "kept" if self.done() else f"to evaluate (K = {self.eval_set.samples})"
+
+    def plan(self) -> SamplingPlan:
+        """How it samples: the set's settings, the config's where the set leaves them unset."""
+        s, sampling = self.eval_set, self.config.sampling
+        temperature = s.temperature if s.temperature is not None else (sampling.temperature if s.samples > 1 else 0.0)
+        return SamplingPlan(s.samples, temperature, s.max_tokens or sampling.max_tokens, seed=s.seed,
+                            batch_size=s.batch_size or sampling.batch_size,
+                            stop_after_answer=sampling.stop_after_answer, max_turns=s.turns)
+
+
+Piece = Union[DataPiece, RunPiece, EvalPiece]
+
+
+def asked_as(cfg: Config, eval_set: EvalSet) -> str:
+    """What an evaluation of `cfg`'s model on `eval_set` depends on besides the adapters (model,
+    dtype, prompt, test split, sampling): runs that give the same share the base model's."""
+    piece = EvalPiece(BASE, "", eval_set, cfg, None, Path(), None)
+    split = cfg.multi_turn.split(eval_set.turns)
+    return json.dumps([dataclasses.asdict(cfg.model), dataclasses.asdict(cfg.prompt),
+                       dataclasses.asdict(split) if split else None, dataclasses.asdict(piece.plan())])
+
+
+def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple[int, ...] = ()) -> list[Piece]:
+    """Every piece in the order it runs: data steps, training runs, then evaluations (the base
+    model's first). `only` and `seeds` keep some variants and seeds (with the data and the base
+    evaluations they need); a name or seed that matches nothing is a ConfigError."""
+    for name in only:
+        if name not in experiment.variants:
+            raise ConfigError(f"--only: '{name}' is not a variant of {experiment.path} "
+                              f"({', '.join(experiment.variants)})")
+    variants = [v for v in experiment.variants.values() if not only or v.name in only]
+    runs = [RunPiece(v.name, seed, experiment.run_config(v.name, seed))
+            for v in variants for seed in v.seeds if not seeds or seed in seeds]
+    if not runs:
+        raise ConfigError(f"--seeds: none of {', '.join(map(str, seeds))} is a seed of the chosen variants")
+    shared = experiment.shared_config()
+    bases: dict[str, EvalPiece] = {}  # asked_as -> the base model's evaluation asked that way
+    evals: list[EvalPiece] = []
+    for run in runs:
+        for set_name in experiment.variants[run.variant].sets:
+            eval_set = experiment.sets[set_name]
+            key = asked_as(run.config, eval_set)
+            if key not in bases:  # another model, prompt or sampling than the shared config's: its own
+                own = key != asked_as(shared, eval_set)
+                name = f"{BASE}-{run.variant}" if own else BASE
+                bases[key] = EvalPiece(name, set_name, eval_set, run.config if own else shared, None,
+                                       eval_path(experiment, name, set_name), None)
+            evals.append(EvalPiece(run.name, set_name, eval_set, run.config, run.run_dir,
+                                   eval_path(experiment, run.name, set_name), bases[key].out))
+    return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]
+
+
+def eval_path(experiment: Experiment, model: str, set_name: str) -> Path:
+    return experiment.output_dir / f"eval-{model}-{set_name}.json"

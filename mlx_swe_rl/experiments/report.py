@@ -1,0 +1,186 @@
+"""The experiment's report, drawn from the files its pieces leave (evaluation reports, the runs'
+history.jsonl and wall_time.json): every run's paired change from the base model on every set
+with its 95% bootstrap CI over puzzles and up/down counts (rl/stats.py), each variant's mean over
+its seeds, the variant-minus-variant rows the file asks for, the puzzles each run newly solved
+and lost, and each run's step curves, sampled tokens, wall time and peak memory.
+
+Written as OUTPUT_DIR/report.json and report.md (and report.png, figure.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..runfiles import read_history, write_json_atomic
+from ..rl.stats import compare_reports
+from .pieces import EvalPiece, Piece, RunPiece
+from .spec import Experiment
+
+CURVES = ("reward_mean", "completion_len", "kl")  # per step, per run
+SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in the JSON)
+
+
+def load_report(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def overall(report: dict[str, Any]) -> list[float]:
+    """[avg@K, CI low, CI high] over every puzzle of an evaluation report."""
+    row = next(t for t in report["totals"] if t.get("tier") == "all" and t["split"] == "all")
+    return [row["pass@1"], *row["ci95"]]
+
+
+def puzzle_rows(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Each puzzle's avg@K before and after, and the puzzles newly solved (no sample passed
+    before, one does after) and lost (the other way round)."""
+    from ..reports.figures import puzzle_changes
+
+    changes = puzzle_changes(before, after)
+    rates = {r["id"]: r["pass@1"] for r in before["puzzles"]}
+    return {"newly_solved": changes["newly_solved"], "lost": changes["regressed"],
+            "rates": {r["id"]: [rates[r["id"]], r["pass@1"]] for r in after["puzzles"] if r["id"] in rates}}
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def seed_mean(by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The per-setting row: each seed's paired change and their mean (seeds weigh alike)."""
+    return {"seeds": by_seed, "runs": len(by_seed),
+            "before": mean([c["before"] for c in by_seed.values()]),
+            "after": mean([c["after"] for c in by_seed.values()]),
+            "mean_change": mean([c["change"] for c in by_seed.values()])}
+
+
+def run_entry(piece: RunPiece) -> dict[str, Any]:
+    """A run's curves and costs from its history.jsonl and wall_time.json."""
+    from ..rl.trainer import sampled_tokens
+
+    history = read_history(piece.run_dir, missing_ok=True)
+    wall = piece.run_dir / "wall_time.json"
+    return {"variant": piece.variant, "seed": piece.seed, "steps": len(history),
+            "of_steps": piece.config.train.steps,
+            "sampled_tokens": sum(sampled_tokens(h, piece.config) for h in history),
+            "train_seconds": sum(h.get("step_s", 0.0) for h in history),
+            "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
+            "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
+            "curves": {k: [h.get(k) for h in history] for k in CURVES},
+            "change": {}, "puzzles": {}}
+
+
+def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
+    """Every number the report shows, from the files on disk (pieces not done yet are left out)."""
+    result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
+                              "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
+                              "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
+                              "variants": {}, "pairs": {}}
+    runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
+    reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
+    for piece in (p for p in pieces if isinstance(p, EvalPiece)):
+        report = load_report(piece.out)
+        if report is None:
+            continue
+        reports[(piece.model, piece.set_name)] = report
+        result["levels"].setdefault(piece.model, {})[piece.set_name] = overall(report)
+        result["sets"].setdefault(piece.set_name, {"about": piece.eval_set.about, **report["settings"],
+                                                   "puzzles": len(report["puzzles"])})
+    for name, run in runs.items():
+        entry = result["runs"][name] = run_entry(run)
+        for piece in pieces:
+            if isinstance(piece, EvalPiece) and piece.model == name and piece.baseline is not None:
+                before = load_report(piece.baseline)
+                after = reports.get((name, piece.set_name))
+                if before is not None and after is not None:
+                    entry["change"][piece.set_name] = compare_reports(before, after)["all"]
+                    entry["puzzles"][piece.set_name] = puzzle_rows(before, after)
+    for variant in experiment.variants:
+        for set_name in experiment.sets:
+            by_seed = {r["seed"]: r["change"][set_name] for r in result["runs"].values()
+                       if r["variant"] == variant and set_name in r["change"]}
+            if by_seed:
+                result["variants"].setdefault(variant, {})[set_name] = seed_mean(by_seed)
+    for pair in experiment.pairs:
+        for set_name in experiment.sets:
+            by_seed = {}
+            for run in runs.values():
+                if run.variant != pair.variant:
+                    continue
+                other = experiment.run_name(pair.minus, run.seed)
+                before, after = reports.get((other, set_name)), reports.get((run.name, set_name))
+                if before is not None and after is not None:
+                    by_seed[run.seed] = compare_reports(before, after)["all"]
+            if by_seed:
+                result["pairs"].setdefault(pair.label, {})[set_name] = seed_mean(by_seed)
+    return result
+
+
+def points(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def change_cell(c: dict[str, Any]) -> str:
+    low, high = c["ci95"]
+    return f"{100 * c['change']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
+def ids_cell(ids: list[str]) -> str:
+    shown = ", ".join(ids[:SHOWN_IDS])
+    return (shown + f" (+{len(ids) - SHOWN_IDS} more)" if len(ids) > SHOWN_IDS else shown) or "none"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The report's tables, in Markdown."""
+    sets = result["sets"]
+    lines = [f"# Experiment {result['name']}", "", result["about"] or "", "",
+             "## Paired change from the base model (avg@K in %, change in points, 95% bootstrap CI over puzzles)", "",
+             "| run | set (puzzles) | K | before | after | change [95% CI] | up / down |", "|---|---|---|---|---|---|---|"]
+    for run, entry in result["runs"].items():
+        for s, c in entry["change"].items():
+            lines.append(f"| {run} | {s} ({c['puzzles']}) | {sets[s]['samples']} | {points(c['before'])} | "
+                         f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+    for title, rows in (("Per setting: the mean over seeds", result["variants"]),
+                        ("Variant minus variant, paired per seed", result["pairs"])):
+        if not rows:
+            continue
+        lines += ["", f"## {title}", "", "| setting | set | seeds | before | after | mean change | per seed |",
+                  "|---|---|---|---|---|---|---|"]
+        for label, by_set in rows.items():
+            for s, row in by_set.items():
+                per_seed = ", ".join(f"s{seed} {change_cell(c)}" for seed, c in row["seeds"].items())
+                lines.append(f"| {label} | {s} | {row['runs']} | {points(row['before'])} | {points(row['after'])} | "
+                             f"{100 * row['mean_change']:+.1f} | {per_seed} |")
+    lines += ["", "## Puzzles newly solved and lost (no sample passed before / after)", "",
+              "| run | set | newly solved | lost |", "|---|---|---|---|"]
+    for run, entry in result["runs"].items():
+        for s, rows in entry["puzzles"].items():
+            lines.append(f"| {run} | {s} | {len(rows['newly_solved'])}: {ids_cell(rows['newly_solved'])} | "
+                         f"{len(rows['lost'])}: {ids_cell(rows['lost'])} |")
+    lines += ["", "## Runs", "", "| run | steps | sampled tokens | training time | wall time | peak memory | "
+              "reward, first -> last step |", "|---|---|---|---|---|---|---|"]
+    for run, entry in result["runs"].items():
+        rewards = [r for r in entry["curves"]["reward_mean"] if r is not None]
+        wall = entry["wall_seconds"]
+        peak = entry["peak_memory_gb"]
+        lines.append(f"| {run} | {entry['steps']} of {entry['of_steps']} | {entry['sampled_tokens']:,} | "
+                     f"{entry['train_seconds'] / 60:.1f} min | {'n/a' if wall is None else f'{wall / 60:.1f} min'} | "
+                     f"{'n/a' if peak is None else f'{peak:.2f} GB'} | "
+                     + (f"{rewards[0]:.3f} -> {rewards[-1]:.3f} |" if rewards else "n/a |"))
+    return "\n".join(lines) + "\n"
+
+
+def write_report(experiment: Experiment, pieces: list[Piece]) -> list[Path]:
+    """report.json, report.md and (when a run has steps) report.png in the output directory."""
+    from .figure import draw
+
+    result = collect(experiment, pieces)
+    out = experiment.output_dir
+    write_json_atomic(out / "report.json", result)
+    (out / "report.md").write_text(markdown(result))
+    written = [out / "report.json", out / "report.md"]
+    if any(entry["steps"] for entry in result["runs"].values()):
+        written.append(draw(result, out / "report.png"))
+    return written

@@ -1,0 +1,280 @@
+"""Comparison experiments as one command: the experiment file's checks, the pieces it breaks into
+(kept, resumed, filtered), the paired report on a hand-checked case, and one real experiment end
+to end on SmolLM2 that a rerun then skips."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mlx_swe_rl.cli.experiment import main as experiment_cmd
+from mlx_swe_rl.cli.experiment import run_pieces
+from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, plan_pieces
+from mlx_swe_rl.experiments.report import collect, markdown, overall
+from mlx_swe_rl.experiments.spec import load_experiment
+from mlx_swe_rl.rl.config import ConfigError
+from mlx_swe_rl.rl.evaluation import totals
+from mlx_swe_rl.rl.stats import compare_reports
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small(tmp_path: Path, **changes) -> dict:
+    """A two-variant, two-seed, two-set experiment (nothing run)."""
+    data = {"name": "small", "output_dir": str(tmp_path / "out"),
+            "overrides": {"train.steps": 2, "train.final_eval": False, "puzzles.tiers": ["easy"]},
+            "seeds": [0, 1],
+            "variants": {"onpolicy": {}, "frozen": {"overrides": {"sampling.mode": "frozen"}, "seeds": [0],
+                                                    "sets": ["train"]}},
+            "sets": {"train": {"tiers": ["easy"], "split": "train", "samples": 2},
+                     "heldout": {"tiers": ["easy"], "split": "heldout"}},
+            "pairs": [{"variant": "onpolicy", "minus": "frozen"}]}
+    if "variants" in changes:  # other variants: the pair of these would not name them
+        del data["pairs"]
+    data.update(changes)
+    return data
+
+
+# ----------------------------------------------------------------------------------- the file
+@pytest.mark.parametrize("change, needle", [
+    ({"variant": {}}, "variant: unknown key (did you mean 'variants'?)"),
+    ({"variants": {}}, "variants: expected a mapping of named variants"),
+    ({"seeds": [0, 0]}, "seeds: seed 0 is listed twice"),
+    ({"seeds": "zero"}, "seeds: expected a list of integer seeds"),
+    ({"base": "nowhere.yaml"}, "base: no such config file 'nowhere.yaml'"),
+    ({"overrides": {"grpo.betta": 0}}, "overrides: grpo.betta: unknown key (did you mean 'grpo.beta'?)"),
+    ({"variants": {"a": {"overrides": {"sampling.mode": "frozn"}}}},
+     "variants.a.overrides: sampling.mode: 'frozn' is not one of on_policy, frozen; did you mean 'frozen'?"),
+    ({"variants": {"a": {"seed": [1]}}}, "variants.a.seed: unknown key (did you mean 'variants.a.seeds'?)"),
+    ({"variants": {"a": {"sets": ["valid"]}}}, "variants.a.sets: 'valid' is not a set of this file"),
+    ({"sets": {"train": {"samples": 0}}}, "sets.train.samples: 0 is below the minimum 1"),
+    ({"sets": {"train": {"sample": 8}}}, "sets.train.sample: unknown key (did you mean 'sets.train.samples'?)"),
+    ({"sets": {"train": {"split": "valid"}}}, "sets.train.split: 'valid' is not one of all, train, heldout"),
+    ({"data": [{"sampel": "-n 2 --out x.json"}]}, "data[0].sampel: unknown data command (did you mean 'sample'?)"),
+    ({"data": [{"sample": "-n 2 --outt x.json"}]}, "data[0].sample: No such option '--outt'. Did you mean '--out'?"),
+    ({"data": [{"sample": "-n 2"}]}, "data[0].sample: Missing option '--out'"),
+    ({"data": [{"sample": "-n 2 --out x.json", "forge": "--out d"}]}, "data[0]: expected one command"),
+    ({"pairs": [{"variant": "onpolicy", "minus": "frozn"}]}, "pairs[0].minus: 'frozn' is not a variant"),
+    ({"pairs": [{"variant": "onpolicy", "minus": "onpolicy"}]}, "pairs[0]: a variant minus itself"),
+])
+def test_bad_files_are_one_line_errors_naming_the_file_and_key(tmp_path, change, needle):
+    path = write(tmp_path / "exp.yaml", small(tmp_path, **change))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and needle in message and "\n" not in message
+    result = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [f"Error: {message}"]
+
+
+def test_a_file_reads_into_its_runs_configs(tmp_path):
+    experiment = load_experiment(write(tmp_path / "exp.yaml", small(
+        tmp_path, data=[{"sample": "-n 2 --tier easy --out x.json"}, {"forge": ["puzzles/easy", "--out", "f"]}])))
+    assert experiment.name == "small" and list(experiment.variants) == ["onpolicy", "frozen"]
+    assert experiment.variants["onpolicy"].seeds == (0, 1) and experiment.variants["frozen"].seeds == (0,)
+    cfg = experiment.run_config("frozen", 0)
+    assert (cfg.sampling.mode, cfg.seed, cfg.train.steps, cfg.run_dir) == ("frozen", 0, 2, tmp_path / "out/frozen-s0")
+    assert [s.outputs for s in experiment.data] == [(Path("x.json"),), (Path("f"),)]
+    assert experiment.data[1].line() == "mlx-swe-rl puzzles forge puzzles/easy --out f"
+    assert experiment.sets["heldout"].samples == 1 and experiment.sets["train"].split == "train"
+
+
+# ----------------------------------------------------------------------------------- the pieces
+def names(pieces) -> list[str]:
+    return [p.name for p in pieces]
+
+
+def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
+    data = small(tmp_path, data=[{"sample": "-n 2 --out x.json"}])
+    data["variants"]["qwen"] = {"overrides": {"model.spec": "qwen2.5-coder-0.5b"}, "seeds": [0], "sets": ["train"]}
+    experiment = load_experiment(write(tmp_path / "exp.yaml", data))
+    pieces = plan_pieces(experiment)
+    assert names(pieces) == [
+        "mlx-swe-rl puzzles sample -n 2 --out x.json",
+        "onpolicy-s0", "onpolicy-s1", "frozen-s0", "qwen-s0",
+        "eval base on train", "eval base on heldout", "eval base-qwen on train",  # the other model: its own base
+        "eval onpolicy-s0 on train", "eval onpolicy-s0 on heldout", "eval onpolicy-s1 on train",
+        "eval onpolicy-s1 on heldout", "eval frozen-s0 on train", "eval qwen-s0 on train"]
+    out = tmp_path / "out"
+    evals = {p.name: p for p in pieces if isinstance(p, EvalPiece)}
+    assert evals["eval frozen-s0 on train"].baseline == out / "eval-base-train.json"  # frozen sampling: same asking
+    assert evals["eval qwen-s0 on train"].baseline == out / "eval-base-qwen-train.json"
+    assert evals["eval onpolicy-s1 on train"].adapter == out / "onpolicy-s1"
+    assert evals["eval onpolicy-s1 on train"].plan().temperature == 0.8  # K = 2: the config's temperature
+    assert evals["eval onpolicy-s1 on heldout"].plan().temperature == 0.0  # K = 1: greedy
+    only = plan_pieces(experiment, ("frozen",), ())
+    assert names(only) == ["mlx-swe-rl puzzles sample -n 2 --out x.json", "frozen-s0", "eval base on train",
+                           "eval frozen-s0 on train"]
+    assert names(plan_pieces(experiment, ("onpolicy",), (1,)))[1:] == [
+        "onpolicy-s1", "eval base on train", "eval base on heldout", "eval onpolicy-s1 on train",
+        "eval onpolicy-s1 on heldout"]
+    with pytest.raises(ConfigError, match="--only: 'frozn' is not a variant"):
+        plan_pieces(experiment, ("frozn",), ())
+    with pytest.raises(ConfigError, match="--seeds: none of 7"):
+        plan_pieces(experiment, (), (7,))
+
+
+def finish(run: RunPiece, step: int) -> None:
+    """Leave what the trainer leaves after `step` (its config, a checkpoint)."""
+    (run.run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
+    (run.run_dir / "config.yaml").write_text("{}\n")
+    (run.run_dir / "checkpoint" / "state.json").write_text(json.dumps({"step": step}))
+
+
+def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
+    experiment = load_experiment(write(tmp_path / "exp.yaml", small(
+        tmp_path, data=[{"sample": f"-n 2 --out {tmp_path / 'x.json'}"}])))
+    pieces = plan_pieces(experiment)
+    runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
+    data = next(p for p in pieces if isinstance(p, DataPiece))
+    assert not data.done()
+    (tmp_path / "x.json").write_text("{}")
+    assert data.done() and data.state() == "kept"
+    finish(runs["onpolicy-s0"], 2)  # finished
+    finish(runs["onpolicy-s1"], 1)  # killed after its first checkpoint
+    (runs["frozen-s0"].run_dir).mkdir(parents=True)
+    (runs["frozen-s0"].run_dir / "config.yaml").write_text("{}\n")  # killed before any checkpoint
+    assert [runs[n].state() for n in runs] == ["kept", "resumes after step 1 of 2", "resumes after step 0 of 2"]
+    evaluation = next(p for p in pieces if isinstance(p, EvalPiece))
+    evaluation.out.parent.mkdir(parents=True, exist_ok=True)
+    evaluation.out.write_text("{}")
+    assert evaluation.done()
+
+    calls = []
+
+    def trainer(cfg, resume, progress, log):
+        calls.append((cfg.run_name, resume))
+        finish(next(r for r in runs.values() if r.name == cfg.run_name), cfg.train.steps)
+
+    lines = []
+    run_pieces([data, *runs.values(), evaluation], progress=False, log=lines.append, train_fn=trainer)
+    assert calls == [("onpolicy-s1", True), ("frozen-s0", True)]
+    assert lines[0] == "3 of 5 pieces kept from earlier; 2 to do"
+    assert lines[1] == "[1/2] onpolicy-s1 (resumes after step 1 of 2; 1 left after it)"
+    for name in ("onpolicy-s1", "frozen-s0"):  # each sitting's time is kept
+        assert json.loads((runs[name].run_dir / "wall_time.json").read_text())["seconds"] >= 0
+    calls.clear()
+    run_pieces([data, *runs.values(), evaluation], progress=False, log=lines.append, train_fn=trainer)
+    assert calls == []
+
+
+# ----------------------------------------------------------------------------------- the report
+def report(rates: list[float], samples: int = 4) -> dict:
+    """An evaluation report of puzzles p0, p1, ... with these avg@K rates."""
+    rows = [{"id": f"p{i}", "tier": "easy", "split": "train", "family": None, "samples": samples,
+             "solved": round(r * samples), "pass@1": r, f"pass@{samples}": float(r > 0), "mean_reward": r,
+             "completions": []} for i, r in enumerate(rates)]
+    return {"settings": {"samples": samples, "temperature": 0.8, "max_tokens": 8, "seed": 0,
+                         "stop_after_answer": True},
+            "timing": {"seconds": 2.0}, "totals": totals(rows, samples), "puzzles": rows}
+
+
+def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
+    data = small(tmp_path, sets={"train": {"samples": 4}})
+    experiment = load_experiment(write(tmp_path / "exp.yaml", data))
+    pieces = plan_pieces(experiment)
+    out = tmp_path / "out"
+    out.mkdir()
+    evals = {"base": [0, .25, .5, .75],
+             "onpolicy-s0": [.25, .5, .75, 1.0],  # every puzzle +0.25: the CI is a point
+             "onpolicy-s1": [.75, .25, .5, 0.0],  # +0.75, 0, 0, -0.75: mean 0, one up, one down
+             "frozen-s0": [0, .25, .5, .75]}  # no change
+    for model, rates in evals.items():
+        (out / f"eval-{model}-train.json").write_text(json.dumps(report(rates)))
+    run_dir = out / "onpolicy-s0"
+    run_dir.mkdir()
+    steps = [{"step": 1, "reward_mean": 0.1, "completion_len": 50.0, "kl": None, "step_s": 30.0,
+              "peak_memory_gb": 1.5, "sampled_tokens": 800},
+             {"step": 2, "reward_mean": 0.3, "completion_len": 40.0, "kl": None, "step_s": 20.0,
+              "peak_memory_gb": 1.7, "sampled_tokens": 640}]
+    (run_dir / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    (run_dir / "wall_time.json").write_text(json.dumps({"seconds": 75.0}))
+
+    result = collect(experiment, pieces)
+    s0, s1 = (result["runs"][f"onpolicy-s{i}"]["change"]["train"] for i in (0, 1))
+    assert (s0["before"], s0["after"], s0["change"], s0["ci95"]) == (0.375, 0.625, 0.25, [0.25, 0.25])
+    assert (s0["improved"], s0["worsened"]) == (4, 0)
+    assert (s1["change"], s1["improved"], s1["worsened"]) == (0.0, 1, 1)
+    assert -0.75 <= s1["ci95"][0] < 0 < s1["ci95"][1] <= 0.75
+    assert result["runs"]["frozen-s0"]["change"]["train"]["change"] == 0.0
+    assert result["variants"]["onpolicy"]["train"]["mean_change"] == 0.125  # (0.25 + 0) / 2
+    assert result["variants"]["onpolicy"]["train"]["runs"] == 2
+    pair = result["pairs"]["onpolicy minus frozen"]["train"]
+    assert list(pair["seeds"]) == [0] and pair["seeds"][0]["ci95"] == [0.25, 0.25]  # frozen has seed 0 only
+    assert result["runs"]["onpolicy-s0"]["puzzles"]["train"]["newly_solved"] == ["p0"]
+    assert result["runs"]["onpolicy-s1"]["puzzles"]["train"]["lost"] == ["p3"]
+    assert result["runs"]["onpolicy-s1"]["puzzles"]["train"]["rates"]["p3"] == [0.75, 0.0]
+    run = result["runs"]["onpolicy-s0"]
+    assert (run["steps"], run["sampled_tokens"], run["train_seconds"], run["wall_seconds"], run["peak_memory_gb"]) \
+        == (2, 1440, 50.0, 75.0, 1.7)
+    assert run["curves"]["reward_mean"] == [0.1, 0.3] and run["curves"]["completion_len"] == [50.0, 40.0]
+    assert result["levels"]["base"]["train"] == overall(report(evals["base"]))
+    text = markdown(result)
+    assert "| onpolicy-s0 | train (4) | 4 | 37.5 | 62.5 | +25.0 [+25.0, +25.0] | 4 / 0 |" in text
+    assert "| onpolicy | train | 2 | 37.5 | 50.0 | +12.5 |" in text
+    assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
+    assert "| onpolicy-s0 | 2 of 2 | 1,440 | 0.8 min | 1.2 min | 1.70 GB | 0.100 -> 0.300 |" in text
+
+
+# ----------------------------------------------------------------------------------- end to end
+def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, monkeypatch):
+    """Two variants x two seeds x two sets, on SmolLM2-135M at tiny settings: two data steps, four
+    runs, ten evaluations and the report; the report's numbers are the evaluations' own; a
+    rerun does nothing but the report."""
+    from mlx_swe_rl.models.specs import ModelError, resolve_model
+
+    try:
+        resolve_model("smollm2-135m")
+    except ModelError as exc:
+        pytest.skip(f"SmolLM2 is not fetched and cannot be: {exc}")
+    monkeypatch.chdir(REPO)  # the bundled puzzles, as the committed experiment files run
+    path = write(tmp_path / "tiny.yaml", {
+        "name": "tiny", "output_dir": str(tmp_path / "out"), "base": "configs/learn.yaml",
+        "overrides": {"puzzles.train_set": str(tmp_path / "train2.json"), "sampling.group_size": 2,
+                      "sampling.max_tokens": 8, "sampling.batch_size": 4, "train.steps": 1,
+                      "train.puzzles_per_step": 1, "train.micro_batch_size": 2, "workers": 2},
+        "seeds": [0, 1],
+        "variants": {"onpolicy": {}, "frozen": {"overrides": {"sampling.mode": "frozen"}}},
+        "sets": {"train": {"puzzles": str(tmp_path / "train2.json"), "samples": 2},
+                 "heldout": {"puzzles": str(tmp_path / "held1.json"), "max_tokens": 6}},
+        "pairs": [{"variant": "onpolicy", "minus": "frozen"}],
+        "data": [{"sample": f"--tier easy --split train -n 2 --seed 0 --out {tmp_path / 'train2.json'}"},
+                 {"sample": ["--tier", "easy", "--split", "heldout", "-n", "1", "--out", str(tmp_path / "held1.json")]}]})
+    dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "[1/16] mlx-swe-rl puzzles sample" in dry.output and "memory: estimated once the data steps" in dry.output
+    assert "16 of 16 pieces to do" in dry.output and "no training step measured yet" in dry.output
+
+    result = CliRunner().invoke(experiment_cmd, [str(path), "--quiet"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    written = json.loads((out / "report.json").read_text())
+    assert set(written["runs"]) == {"onpolicy-s0", "onpolicy-s1", "frozen-s0", "frozen-s1"}
+    for run, entry in written["runs"].items():
+        assert entry["steps"] == 1 and entry["sampled_tokens"] > 0 and entry["peak_memory_gb"] > 0
+        for set_name in ("train", "heldout"):
+            before = json.loads((out / f"eval-base-{set_name}.json").read_text())
+            after = json.loads((out / f"eval-{run}-{set_name}.json").read_text())
+            assert after["meta"]["adapter"] == str(out / run) and after["settings"]["max_tokens"] == \
+                (8 if set_name == "train" else 6)
+            assert entry["change"][set_name] == compare_reports(before, after)["all"]
+    assert written["variants"]["frozen"]["train"]["mean_change"] == pytest.approx(
+        (written["runs"]["frozen-s0"]["change"]["train"]["change"]
+         + written["runs"]["frozen-s1"]["change"]["train"]["change"]) / 2)
+    assert set(written["pairs"]["onpolicy minus frozen"]["heldout"]["seeds"]) == {"0", "1"}
+    assert (out / "report.md").is_file() and (out / "report.png").is_file()
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")}
+
+    again = CliRunner().invoke(experiment_cmd, [str(path), "--quiet"])
+    assert again.exit_code == 0, again.output
+    assert "16 of 16 pieces kept from earlier; 0 to do" in again.output
+    assert {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")} == stamps
+    dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    assert "0 of 16 pieces to do" in dry.output and "s per training step (4 steps)" in dry.output
