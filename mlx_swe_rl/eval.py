@@ -1,4 +1,4 @@
-"""`python -m mlx_swe_rl.eval --model SPEC [...]`: greedy or sampled evaluation on the puzzles."""
+"""`python -m mlx_swe_rl.eval`: the same command as `mlx-swe-rl eval` (greedy or sampled evaluation)."""
 
 from .cli.eval import main
 

@@ -1,4 +1,4 @@
-"""`python -m mlx_swe_rl.train --config configs/grpo.yaml [--set key=value ...] [--resume]`."""
+"""`python -m mlx_swe_rl.train`: the same command as `mlx-swe-rl train --config FILE [--set key=value ...]`."""
 
 from .cli.train import main
 

@@ -1,4 +1,4 @@
-"""Calibration (`mlx-swe-rl rollouts`), rollout categories and train-set files."""
+"""Calibration (`mlx-swe-rl calibrate`, once `rollouts`), rollout categories and train-set files."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def invoke(command, args):
 
 
 def rollout_args(model_dir, out, *extra):
-    return ["rollouts", "--model", model_dir, "-G", 2, "--max-tokens", 8, "--tiers", "easy", "--out", out,
-            "--workers", 2, *extra]
+    # every easy puzzle (calibrate's default split is the training one), in one round
+    return ["calibrate", "--model", model_dir, "-G", 2, "--max-tokens", 8, "--tiers", "easy", "--split", "all",
+            "--rounds", 1, "--out", out, "--workers", 2, *extra]
 
 
 # ---------------------------------------------------------------------------------- categories
@@ -45,7 +46,7 @@ def test_category_hand_built():
     assert category([rollout(False, 0.8), rollout(False, 0.2)]) == ALL_FAILED
 
 
-# ---------------------------------------------------------------------------------- rollouts command
+# ---------------------------------------------------------------------------------- calibrate command
 @pytest.fixture(scope="module")
 def random_rollouts(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("rollouts") / "r.json"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -127,3 +128,114 @@ def test_import_gguf_and_fetch_errors_are_one_line(runner, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.output)
         assert "Traceback" not in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+
+
+# ---------------------------------------------------------------------------------- one vocabulary
+def visible_commands(group: click.Group, prefix: tuple[str, ...] = ()):
+    """(path, command) of every command `--help` shows, subcommands of groups included."""
+    for name, command in group.commands.items():
+        if command.hidden:
+            continue
+        if isinstance(command, click.Group):
+            yield from visible_commands(command, prefix + (name,))
+        else:
+            yield prefix + (name,), command
+
+
+def visible_options(command: click.Command) -> list[str]:
+    return [opt for p in command.params if isinstance(p, click.Option) and not p.hidden
+            for opt in p.opts if opt.startswith("--")]
+
+
+# Singular and plural spellings that name different things (one seed; which seeds of an experiment).
+DIFFERENT_MEANINGS = {"--seed"}
+
+
+def test_one_spelling_for_each_option_across_commands():
+    names = {opt for _, command in visible_commands(main) for opt in visible_options(command)}
+    doubled = sorted(n for n in names if n + "s" in names and n not in DIFFERENT_MEANINGS)
+    assert not doubled, f"spelled both singular and plural across commands: {doubled}"
+    with_tiers = {" ".join(path) for path, command in visible_commands(main) if "--tiers" in visible_options(command)}
+    assert with_tiers >= {"eval", "calibrate", "puzzles list", "puzzles sample"}
+
+
+def test_tiers_comma_separated_repeated_or_by_the_old_name(runner):
+    expected = [p.id for p in load_puzzles(tiers=["easy", "hard"], split="heldout")]
+    spellings = (["--tiers", "easy,hard"], ["--tiers", "easy", "--tiers", "hard"], ["--tier", "easy", "--tier", "hard"])
+    for tiers in spellings:
+        result = runner.invoke(main, ["puzzles", "list", *tiers, "--split", "heldout"])
+        assert result.exit_code == 0, result.output
+        assert [r.split()[0] for r in result.output.strip().splitlines()[1:-1]] == expected, tiers
+
+
+def test_rollouts_is_a_hidden_alias_of_calibrate(runner):
+    top = runner.invoke(main, ["--help"])
+    assert "calibrate" in top.output and "rollouts" not in top.output
+    assert main.commands["rollouts"].callback is main.commands["calibrate"].callback
+    old = runner.invoke(main, ["rollouts", "--help"])
+    assert old.exit_code == 0 and "--write-train-set" in old.output
+
+
+# Options whose default must be a config key's default (tests/test_readme.py keeps the keys documented).
+CONFIG_KEYS = {
+    "--model": "model.spec", "--dtype": "model.dtype", "--seed": "seed", "--workers": "workers",
+    "--max-tokens": "sampling.max_tokens", "--batch-size": "sampling.batch_size",
+    "--group-size": "sampling.group_size", "--temperature": "sampling.temperature",
+    "--samples": "train.eval_samples", "--rounds": "puzzles.calibration.rounds", "--split": "puzzles.split",
+    "--format": "prompt.format", "--prompt-template": "prompt.template", "--prompt-system": "prompt.system",
+    "--turns": "multi_turn.max_turns", "--public-tests": "multi_turn.public_tests",
+    "--feedback": "multi_turn.feedback", "--feedback-chars": "multi_turn.feedback_chars",
+    "--reward-on": "multi_turn.reward_on", "--confinement": "sandbox.confinement",
+}
+NEGATED = {"--full-completions": "sampling.stop_after_answer"}  # a flag that turns the key off
+# Options with no config key of the same meaning, and why.
+COMMAND_ONLY = {
+    "eval": {"--adapter", "--puzzles", "--tiers", "--out", "--baseline", "--best-of-n", "--allow-unconfined",
+             "--help",
+             "--split",  # an evaluation reads every split by default (the trainer's evaluations do too)
+             "--temperature"},  # none: greedy for one sample, else sampling.temperature (tested below)
+    "calibrate": {"--adapter", "--puzzles", "--tiers", "--out", "--write-train-set", "--allow-unconfined", "--help"},
+}
+
+
+@pytest.mark.parametrize("name", ["eval", "calibrate"])
+def test_command_line_defaults_are_the_config_defaults(name):
+    from mlx_swe_rl.rl.config import describe
+
+    defaults = {key: yaml.safe_load(default) for key, default, _ in describe()}
+    command = main.commands[name]
+    context = click.Context(command)
+    checked = 0
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.hidden:
+            continue
+        option = max(param.opts, key=len)
+        if option in COMMAND_ONLY[name]:
+            continue
+        default = param.get_default(context)  # what the command receives (a flag's False included)
+        if option in NEGATED:
+            assert default is (not defaults[NEGATED[option]]), option
+        else:
+            assert option in CONFIG_KEYS, f"{name} {option}: add its config key to CONFIG_KEYS or it to COMMAND_ONLY"
+            assert default == defaults[CONFIG_KEYS[option]], \
+                f"{name} {option} defaults to {default!r}, {CONFIG_KEYS[option]} to {defaults[CONFIG_KEYS[option]]!r}"
+        checked += 1
+    assert checked >= 15
+
+
+def test_eval_samples_at_the_config_temperature(monkeypatch):
+    """`eval -K 2` without --temperature samples at sampling.temperature (Config.eval_sampling's rule)."""
+    from mlx_swe_rl.cli import eval as eval_cli
+    from mlx_swe_rl.rl.config import Config
+
+    class Planned(Exception):
+        """Stops the command once its sampling plan is made: no model is loaded."""
+
+    def plan(*args, **kwargs):
+        raise Planned(args)
+
+    monkeypatch.setattr(eval_cli, "SamplingPlan", plan)
+    for k, expected in ((1, 0.0), (2, Config().sampling.temperature)):
+        result = CliRunner().invoke(eval_cli.main, ["--tiers", "easy", "-K", str(k)])
+        assert isinstance(result.exception, Planned), result.output
+        assert result.exception.args[0][:2] == (k, expected)

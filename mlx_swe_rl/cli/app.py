@@ -10,8 +10,8 @@ import click
 from ..models.specs import DTYPES
 from ..puzzles.format import PuzzleError, default_puzzle_dir, load_puzzle, load_puzzles, puzzle_files
 from ..runfiles import write_json_atomic
-from .options import (fail, model_options, model_report, multi_turn_options, open_scorer, puzzle_options,
-                      sampling_options, sandbox_options, select_puzzles)
+from .options import (config_default, fail, model_options, model_report, multi_turn_options, open_scorer,
+                      puzzle_options, sampling_options, sandbox_options, select_puzzles, tier_option)
 
 
 @click.group()
@@ -30,12 +30,12 @@ PUZZLE_DIR = click.argument("directory", required=False, type=click.Path(path_ty
 
 @puzzles.command("list")
 @PUZZLE_DIR
-@click.option("--tier", "tiers", multiple=True, help="Only these tiers (repeatable).")
+@tier_option
 @click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all", show_default=True)
-def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> None:
+def list_puzzles(directory: Path | None, tiers: list[str] | None, split: str) -> None:
     """Print a table of the puzzles in DIRECTORY (default: the bundled set)."""
     try:
-        found = load_puzzles(directory, list(tiers) or None, split)
+        found = load_puzzles(directory, tiers, split)
     except PuzzleError as exc:
         fail(str(exc))
     width = max(len(p.id) for p in found) if found else 2
@@ -52,32 +52,32 @@ def list_puzzles(directory: Path | None, tiers: tuple[str, ...], split: str) -> 
 @PUZZLE_DIR
 @click.option("-n", "count", type=click.IntRange(min=1), required=True, help="How many puzzles.")
 @click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all", show_default=True)
-@click.option("--tier", "tiers", multiple=True, help="Only these tiers (repeatable).")
+@tier_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
-def sample_puzzles(directory: Path | None, count: int, split: str, tiers: tuple[str, ...], seed: int,
+def sample_puzzles(directory: Path | None, count: int, split: str, tiers: list[str] | None, seed: int,
                    out: Path) -> None:
     """Write a seeded random sample of the puzzles in DIRECTORY (or of a puzzle-set file) as a
-    puzzle-set file (the format of `rollouts --write-train-set`), for calibration, training or
+    puzzle-set file (the format of `calibrate --write-train-set`), for calibration, training or
     evaluation subsets."""
     import random
 
     from ..puzzles.trainset import source_directory, write_train_set
 
-    found = select_puzzles(directory, ",".join(tiers) or None, split)
+    found = select_puzzles(directory, tiers, split)
     if count > len(found):
         fail(f"-n: {count} is more than the {len(found)} puzzles that match")
     chosen = sorted(random.Random(seed).sample(found, count), key=lambda p: p.id)
     write_train_set(out, chosen, source_directory(directory),
                     {"from": str(directory) if directory else None, "sample": count, "of": len(found),
-                     "split": split, "tiers": list(tiers) or None, "seed": seed})
+                     "split": split, "tiers": tiers, "seed": seed})
     click.echo(f"wrote {out} ({count} of {len(found)} puzzles)")
 
 
 @puzzles.command("calibrated")
 @click.argument("candidates", type=click.Path(path_type=Path))
 @click.option("--report", type=click.Path(path_type=Path), required=True,
-              help="A calibration report (`mlx-swe-rl rollouts --out`, or a run's calibration.json).")
+              help="A calibration report (`calibrate --out`, or a run's calibration.json).")
 @click.option("--category", type=click.Choice(["mixed", "all-failed", "all-solved"]), default="mixed", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
 def calibrated_puzzles(candidates: Path, report: Path, category: str, out: Path) -> None:
@@ -340,26 +340,28 @@ def import_gguf_command(src: Path, out: Path, dequantize: bool, dtype: str | Non
 
 @main.command()
 @model_options
-@puzzle_options
-@click.option("-G", "--group-size", type=click.IntRange(min=2), default=8, show_default=True,
-              help="Completions per puzzle.")
-@sampling_options({"temperature": 0.8})
+@puzzle_options(split=config_default("puzzles.split"))
+@click.option("-G", "--group-size", type=click.IntRange(min=2), default=config_default("sampling.group_size"),
+              show_default=True, help="Completions per puzzle.")
+@sampling_options({"temperature": config_default("sampling.temperature")})
 @multi_turn_options
 @sandbox_options
-@click.option("--out", type=click.Path(path_type=Path), default=Path("outputs/rollouts.json"),
+@click.option("--out", type=click.Path(path_type=Path), default=Path("outputs/calibration.json"),
               show_default=True, help="Where to save every rollout, category and advantage.")
 @click.option("--write-train-set", type=click.Path(path_type=Path), default=None,
               help="Also write the mixed puzzles as a train set (JSON) that configs can use.")
-@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--rounds", type=click.IntRange(min=1), default=config_default("puzzles.calibration.rounds"),
+              show_default=True,
               help="Sample G in this many rounds, stopping a puzzle once it is mixed (same categories, "
-                   "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples).")
-def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
+                   "fewer tokens; solve rates of early-stopped puzzles rest on fewer samples; 1 = all at once).")
+def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: list[str] | None,
              split: str, group_size: int, temperature: float, max_tokens: int, seed: int, batch_size: int,
              full_completions: bool, answer_format: str, style, turns: int, test_split, sandbox: dict, out: Path,
              write_train_set: Path | None, rounds: int) -> None:
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
-    from ..rl.calibration import calibrate, format_calibration
+    from ..rl.calibration import calibrate as run_calibration
+    from ..rl.calibration import format_calibration
     from ..rl.config import SamplingPlan
     from ..puzzles.trainset import of_category, source_directory
     from ..puzzles.trainset import write_train_set as save_train_set
@@ -367,11 +369,15 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
     if temperature <= 0:
         fail(f"--temperature: {temperature} must be > 0 for calibration (greedy groups never vary)")
     if turns > 1 and rounds > 1:
-        fail("--rounds: calibration rounds need single-turn episodes (--turns 1)")
+        from click.core import ParameterSource
+
+        if click.get_current_context().get_parameter_source("rounds") is ParameterSource.COMMANDLINE:
+            fail("--rounds: calibration rounds need single-turn episodes (--turns 1)")
+        rounds = 1  # the default's rounds (the config's) apply to single-turn calibration only
     puzzles = select_puzzles(puzzle_dir, tiers, split)
     plan = SamplingPlan(group_size, temperature, max_tokens, seed=seed, batch_size=batch_size,
                         stop_after_answer=not full_completions, max_turns=turns)
-    report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: calibrate(
+    report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: run_calibration(
         model, tokenizer, env, puzzles, plan, rounds=rounds), answer_format, test_split, style)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
@@ -393,13 +399,16 @@ def rollouts(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path
               help="Eval JSON before training (default: RUN_DIR/eval-before.json).")
 @click.option("--eval-after", type=click.Path(path_type=Path), default=None,
               help="Eval JSON after training (default: RUN_DIR/eval-after.json).")
-@click.option("--rollouts", "rollouts_file", type=click.Path(path_type=Path), default=None,
-              help="A rollouts.json from `mlx-swe-rl rollouts` for the rollout-analysis figure.")
+@click.option("--calibration", "calibration_file", type=click.Path(path_type=Path), default=None,
+              help="A calibration report from `mlx-swe-rl calibrate` for the rollout-analysis figure.")
+@click.option("--rollouts", "rollouts_file", type=click.Path(path_type=Path), default=None, hidden=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Default: RUN_DIR/figures.")
-def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, rollouts_file: Path | None,
-            out: Path | None) -> None:
+def figures(run_dir: Path, eval_before: Path | None, eval_after: Path | None, calibration_file: Path | None,
+            rollouts_file: Path | None, out: Path | None) -> None:
     """Draw a run's figures (PNG and PDF) from its recorded files."""
     from ..reports.figures import run_figures
+
+    rollouts_file = calibration_file or rollouts_file  # --rollouts: the option's name before `calibrate`
 
     for given in (eval_before, eval_after, rollouts_file):
         if given is not None and not given.is_file():
@@ -500,11 +509,17 @@ def compare(comparison_file: Path, quiet: bool) -> None:
 
 
 def _register_subcommands() -> None:
+    import copy
+
     from .eval import main as eval_main
     from .train import main as train_main
 
     main.add_command(eval_main, "eval")
     main.add_command(train_main, "train")
+    # `rollouts` was calibrate's name; kept, hidden from help, so old command lines and scripts run.
+    alias = copy.copy(calibrate)
+    alias.hidden = True
+    main.add_command(alias, "rollouts")
 
 
 _register_subcommands()

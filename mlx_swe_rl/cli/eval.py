@@ -1,4 +1,5 @@
-"""The `eval` command: `python -m mlx_swe_rl.eval --model SPEC [...]` (see `rl.evaluation`)."""
+"""The `eval` command: `mlx-swe-rl eval --model SPEC [...]`, also `python -m mlx_swe_rl.eval` (see
+`rl.evaluation`)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from ..rl.config import SamplingPlan
 from ..rl.evaluation import evaluate, format_report, read_report
 from ..rl.stats import compare_reports, format_changes
 from ..runfiles import default_out_path, write_json_atomic
-from .options import (fail, model_options, model_report, multi_turn_options, puzzle_options, sampling_options,
-                      sandbox_options, select_puzzles)
+from .options import (config_default, fail, model_options, model_report, multi_turn_options, puzzle_options,
+                      sampling_options, sandbox_options, select_puzzles)
 
 
 @click.command("eval")
 @model_options
 @puzzle_options
-@click.option("--samples", "-K", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Completions per puzzle; above 1 reports pass@1 and pass@K.")
+@click.option("--samples", "-K", type=click.IntRange(min=1), default=config_default("train.eval_samples"),
+              show_default=True, help="Completions per puzzle; above 1 reports pass@1 and pass@K.")
 @sampling_options({"temperature": None})
 @multi_turn_options
 @click.option("--best-of-n", is_flag=True,
@@ -29,14 +30,14 @@ from .options import (fail, model_options, model_report, multi_turn_options, puz
               help="Result JSON (default: outputs/eval/eval-<time>.json).")
 @click.option("--baseline", type=click.Path(path_type=Path), default=None,
               help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
-def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: str | None,
+def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: list[str] | None,
          split: str, samples: int, temperature: float | None, max_tokens: int, seed: int, batch_size: int,
          full_completions: bool, answer_format: str, style, turns: int, test_split, best_of_n: bool, sandbox: dict,
          out: Path | None, baseline: Path | None) -> None:
     """Evaluate a model (optionally with LoRA adapters) on the puzzles. Greedy by default;
-    --samples K draws K completions at --temperature (default 0.8 when K > 1)."""
-    if temperature is None:
-        temperature = 0.0 if samples == 1 else 0.8
+    --samples K draws K completions at --temperature (default: sampling.temperature, 0.8, when K > 1)."""
+    if temperature is None:  # as a run's evaluations choose (Config.eval_sampling)
+        temperature = 0.0 if samples == 1 else config_default("sampling.temperature")
     if temperature < 0:
         fail(f"--temperature: {temperature} must be >= 0")
     puzzles = select_puzzles(puzzle_dir, tiers, split)
@@ -59,3 +60,4 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     out = out or default_out_path("eval")
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")
+

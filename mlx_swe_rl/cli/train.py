@@ -1,4 +1,5 @@
-"""The `train` command: `python -m mlx_swe_rl.train --config FILE [--set key=value ...] [--resume]`."""
+"""The `train` command: `mlx-swe-rl train --config FILE [--set key=value ...] [--resume]`, also
+`python -m mlx_swe_rl.train` (the same command)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .options import fail
 
 @click.command("train")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help="YAML config (see configs/ and the README's configuration reference).")
+              help="YAML config (see configs/ and docs/configuration.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set grpo.beta=0 (repeatable).")
 @click.option("--resume", is_flag=True, help="Continue the run from its last checkpoint.")

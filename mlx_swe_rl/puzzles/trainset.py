@@ -1,5 +1,5 @@
 """Training sets: a named subset of a puzzle directory, written by calibration
-(`mlx-swe-rl rollouts --write-train-set`) and read by configs and the CLI.
+(`mlx-swe-rl calibrate --write-train-set`, `puzzles sample`) and read by configs and the CLI.
 
 The file is JSON: {"puzzle_dir": null or a path, "puzzles": [ids...], "source": {...}}.
 A null directory means the bundled puzzles; a relative one is relative to the file.
