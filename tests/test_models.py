@@ -332,6 +332,25 @@ def test_hub_offline_mode(cache, monkeypatch):
     assert time.monotonic() - start < 30
 
 
+def test_hub_offline_names_the_builtin_with_the_same_weights(cache, monkeypatch, tmp_path, capfd):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))  # no earlier download
+    repo = BUILTIN_MODELS["qwen2.5-coder-1.5b"].hub
+    with pytest.raises(ModelError) as info:
+        resolve_model(repo)
+    message = str(info.value)
+    assert message.startswith(f"{repo}: cannot download from the Hugging Face hub")
+    assert "--model qwen2.5-coder-1.5b" in message and "model.spec=qwen2.5-coder-1.5b" in message
+    assert "\n" not in message
+    assert "[INFO]" not in capfd.readouterr().out  # mlx-lm's "Loading" line is not printed before the error
+    # a repo with no built-in twin keeps the generic advice
+    with pytest.raises(ModelError, match="check the repo id and network"):
+        resolve_model("nonexistent-org/nonexistent-model")
+
+
 def test_hub_unreachable_or_missing_repo(cache):
     # Unreachable here and in CI; with network access the repo does not exist: both are hub errors.
     assert_hub_error(cache, "nonexistent-org/nonexistent-model")

