@@ -20,7 +20,7 @@ SMOLLM2 = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "
 QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "intermediate_size": 8960,
              "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
 
-# MLX peaks recorded in the README ("Speed and memory"), the settings they were measured with,
+# MLX peaks recorded in docs/training.md and docs/speed-and-memory.md, the settings they were measured with,
 # and the longest prompt (tokens); the estimate of each must be within 25%. "step": a training
 # step's peak (sampling and update, AdamW state held); "first update": the update phase of a
 # run's first optimizer step, before AdamW holds its m and v.

@@ -11,7 +11,7 @@ from mlx_swe_rl.puzzles.format import Puzzle
 from mlx_swe_rl.env.rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, REWARDS, Completion, combine, format_reward,
                                     normalise_source, partial_reward, progress_reward, similarity_reward, validate_weights)
 
-# the wrong answers of README "Rewards": the body deleted, an unrelated line added
+# the wrong answers of docs/scoring.md ("Rewards"): the body deleted, an unrelated line added
 reward_probe = load_script("reward_probe")
 body_deleted, edited_elsewhere = reward_probe.body_deleted, reward_probe.edited_elsewhere
 
@@ -139,7 +139,7 @@ def test_similarity_pays_for_deleting_the_body_which_is_why_tasks_without_tests_
 
     puzzles = load_puzzles()
     deleted = [similarity_reward(Completion(p, body_deleted(p), None)) for p in puzzles]
-    assert sum(deleted) / len(deleted) > 0.5  # measured: 0.73 on average (README "Rewards")
+    assert sum(deleted) / len(deleted) > 0.5  # measured: 0.73 on average (docs/scoring.md, "Rewards")
     assert DEFAULT_REWARD_WITHOUT_TESTS == {"progress": 1.0}
 
 
