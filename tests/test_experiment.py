@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from mlx_swe_rl.cli.experiment import main as experiment_cmd
 from mlx_swe_rl.cli.experiment import run_pieces
+from mlx_swe_rl.experiments.estimate import measure, memory_line
 from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, plan_pieces
 from mlx_swe_rl.experiments.report import collect, markdown, overall
 from mlx_swe_rl.experiments.spec import load_experiment
@@ -93,15 +94,18 @@ def names(pieces) -> list[str]:
 
 def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
     data = small(tmp_path, data=[{"sample": "-n 2 --out x.json"}])
+    data["sets"]["valid"] = {"tiers": ["easy"], "samples": 2}  # asked as train is: its own base evaluation all the same
     data["variants"]["qwen"] = {"overrides": {"model.spec": "qwen2.5-coder-0.5b"}, "seeds": [0], "sets": ["train"]}
     experiment = load_experiment(write(tmp_path / "exp.yaml", data))
     pieces = plan_pieces(experiment)
     assert names(pieces) == [
         "mlx-swe-rl puzzles sample -n 2 --out x.json",
         "onpolicy-s0", "onpolicy-s1", "frozen-s0", "qwen-s0",
-        "eval base on train", "eval base on heldout", "eval base-qwen on train",  # the other model: its own base
-        "eval onpolicy-s0 on train", "eval onpolicy-s0 on heldout", "eval onpolicy-s1 on train",
-        "eval onpolicy-s1 on heldout", "eval frozen-s0 on train", "eval qwen-s0 on train"]
+        "eval base on train", "eval base on heldout", "eval base on valid",
+        "eval base-qwen on train",  # the other model: its own base
+        "eval onpolicy-s0 on train", "eval onpolicy-s0 on heldout", "eval onpolicy-s0 on valid",
+        "eval onpolicy-s1 on train", "eval onpolicy-s1 on heldout", "eval onpolicy-s1 on valid",
+        "eval frozen-s0 on train", "eval qwen-s0 on train"]
     out = tmp_path / "out"
     evals = {p.name: p for p in pieces if isinstance(p, EvalPiece)}
     assert evals["eval frozen-s0 on train"].baseline == out / "eval-base-train.json"  # frozen sampling: same asking
@@ -113,8 +117,8 @@ def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
     assert names(only) == ["mlx-swe-rl puzzles sample -n 2 --out x.json", "frozen-s0", "eval base on train",
                            "eval frozen-s0 on train"]
     assert names(plan_pieces(experiment, ("onpolicy",), (1,)))[1:] == [
-        "onpolicy-s1", "eval base on train", "eval base on heldout", "eval onpolicy-s1 on train",
-        "eval onpolicy-s1 on heldout"]
+        "onpolicy-s1", "eval base on train", "eval base on heldout", "eval base on valid",
+        "eval onpolicy-s1 on train", "eval onpolicy-s1 on heldout", "eval onpolicy-s1 on valid"]
     with pytest.raises(ConfigError, match="--only: 'frozn' is not a variant"):
         plan_pieces(experiment, ("frozn",), ())
     with pytest.raises(ConfigError, match="--seeds: none of 7"):
@@ -222,6 +226,11 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
     assert "| onpolicy-s0 | 2 of 2 | 1,440 | 0.8 min | 1.2 min | 1.70 GB | 0.100 -> 0.300 |" in text
 
+    rates = measure(pieces)  # the dry run's time estimate: rates of the pieces done
+    assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 2.0 / 16, 4)
+    runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
+    assert rates.seconds(runs["onpolicy-s1"]) == 50.0  # 2 steps to go
+
 
 # ----------------------------------------------------------------------------------- end to end
 def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, monkeypatch):
@@ -250,7 +259,7 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert "[1/16] mlx-swe-rl puzzles sample" in dry.output and "memory: estimated once the data steps" in dry.output
-    assert "16 of 16 pieces to do" in dry.output and "no training step measured yet" in dry.output
+    assert "16 of 16 pieces to do; no time estimate (no training step measured yet" in dry.output
 
     result = CliRunner().invoke(experiment_cmd, [str(path), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -276,5 +285,8 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     assert again.exit_code == 0, again.output
     assert "16 of 16 pieces kept from earlier; 0 to do" in again.output
     assert {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")} == stamps
+    run = next(p for p in plan_pieces(load_experiment(path)) if isinstance(p, RunPiece))
+    assert memory_line(run).startswith("memory: peak ")  # the preflight, once the data is there
     dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
-    assert "0 of 16 pieces to do" in dry.output and "s per training step (4 steps)" in dry.output
+    assert "0 of 16 pieces to do; nothing left to run" in dry.output
+    assert "s per training step (4 steps)" in dry.output

@@ -512,9 +512,11 @@ def _register_subcommands() -> None:
     import copy
 
     from .eval import main as eval_main
+    from .experiment import main as experiment_main
     from .train import main as train_main
 
     main.add_command(eval_main, "eval")
+    main.add_command(experiment_main, "experiment")
     main.add_command(train_main, "train")
     # `rollouts` was calibrate's name; kept, hidden from help, so old command lines and scripts run.
     alias = copy.copy(calibrate)

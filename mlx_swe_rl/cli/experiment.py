@@ -81,12 +81,14 @@ def list_pieces(pieces: list, every: list) -> None:
             else:
                 total += seconds
     todo = sum(not p.done() for p in pieces)
-    basis = (f"at {rates.step_s:.1f} s per training step ({rates.steps_seen} steps)" if rates.step_s else
-             "no training step measured yet") + \
-        (f" and {rates.completion_s:.2f} s per evaluated completion ({rates.evals_seen} evaluations)"
-         if rates.completion_s else ", no evaluation measured yet")
-    click.echo(f"{todo} of {len(pieces)} pieces to do; about {duration(total)} {basis}"
-               + (f", not counting {unknown} piece(s) with nothing to measure them by" if unknown else ""))
+    basis = [f"{rates.step_s:.1f} s per training step ({rates.steps_seen} steps)" if rates.step_s else
+             "no training step measured yet",
+             f"{rates.completion_s:.2f} s per evaluated completion ({rates.evals_seen} evaluations)"
+             if rates.completion_s else "no evaluation measured yet"]
+    told = ("nothing left to run" if not todo else
+            f"about {duration(total)} at this experiment's rates" if todo > unknown else "no time estimate")
+    click.echo(f"{todo} of {len(pieces)} pieces to do; {told} ({'; '.join(basis)})"
+               + (f"; {unknown} piece(s) not estimated (nothing to measure them by yet)" if unknown else ""))
 
 
 def run_pieces(pieces: list, progress: bool, log: Callable[[str], None], train_fn: Callable[..., Any] | None = None

@@ -135,14 +135,14 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
     if not runs:
         raise ConfigError(f"--seeds: none of {', '.join(map(str, seeds))} is a seed of the chosen variants")
     shared = experiment.shared_config()
-    bases: dict[str, EvalPiece] = {}  # asked_as -> the base model's evaluation asked that way
+    bases: dict[str, EvalPiece] = {}  # set and asked_as -> the base model's evaluation of it, asked that way
     evals: list[EvalPiece] = []
     for run in runs:
         for set_name in experiment.variants[run.variant].sets:
             eval_set = experiment.sets[set_name]
-            key = asked_as(run.config, eval_set)
+            key = f"{set_name} {asked_as(run.config, eval_set)}"
             if key not in bases:  # another model, prompt or sampling than the shared config's: its own
-                own = key != asked_as(shared, eval_set)
+                own = key != f"{set_name} {asked_as(shared, eval_set)}"
                 name = f"{BASE}-{run.variant}" if own else BASE
                 bases[key] = EvalPiece(name, set_name, eval_set, run.config if own else shared, None,
                                        eval_path(experiment, name, set_name), None)
