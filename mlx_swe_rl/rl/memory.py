@@ -246,7 +246,10 @@ def estimate(shape: ModelShape, work: Workload, steady: bool = True) -> Estimate
 
     m, p, w = work.micro_batch, work.train_prompt, work.max_tokens
     rank = work.lora_rank if work.mode == "lora" else 0
-    per_block = b * ((p + m * w) * shape.activation_values(rank)  # the prompt runs once per micro-batch
+    # The prompt and one micro-batch's completions, counted together: exact when a group is one
+    # micro-batch; an upper bound when it is cut, since the prompt then runs once per group
+    # (trainer.group_gradients) and its activations are held apart from the completions'.
+    per_block = b * ((p + m * w) * shape.activation_values(rank)
                      + m * (p + w) * 2 * shape.kv_heads * shape.head_dim
                      + shape.heads * (m * w + p) * (p + w))
     activations = shape.layers * per_block
