@@ -9,12 +9,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mlx_swe_rl.cli.experiment import main as experiment_cmd
-from mlx_swe_rl.cli.experiment import run_pieces
+from mlx_swe_rl.cli.app import main as cli
+from mlx_swe_rl.cli.experiment import load, run_pieces
 from mlx_swe_rl.experiments.estimate import measure, memory_line
 from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, plan_pieces
 from mlx_swe_rl.experiments.report import collect, markdown, overall
-from mlx_swe_rl.experiments.spec import load_experiment
 from mlx_swe_rl.rl.config import ConfigError
 from mlx_swe_rl.rl.evaluation import totals
 from mlx_swe_rl.rl.stats import compare_reports
@@ -68,16 +67,16 @@ def small(tmp_path: Path, **changes) -> dict:
 def test_bad_files_are_one_line_errors_naming_the_file_and_key(tmp_path, change, needle):
     path = write(tmp_path / "exp.yaml", small(tmp_path, **change))
     with pytest.raises(ConfigError) as info:
-        load_experiment(path)
+        load(path, cli)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and needle in message and "\n" not in message
-    result = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    result = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])
     assert result.exit_code == 1 and result.output.strip().splitlines() == [f"Error: {message}"]
 
 
 def test_a_file_reads_into_its_runs_configs(tmp_path):
-    experiment = load_experiment(write(tmp_path / "exp.yaml", small(
-        tmp_path, data=[{"sample": "-n 2 --tier easy --out x.json"}, {"forge": ["puzzles/easy", "--out", "f"]}])))
+    experiment = load(write(tmp_path / "exp.yaml", small(
+        tmp_path, data=[{"sample": "-n 2 --tier easy --out x.json"}, {"forge": ["puzzles/easy", "--out", "f"]}])), cli)
     assert experiment.name == "small" and list(experiment.variants) == ["onpolicy", "frozen"]
     assert experiment.variants["onpolicy"].seeds == (0, 1) and experiment.variants["frozen"].seeds == (0,)
     cfg = experiment.run_config("frozen", 0)
@@ -96,7 +95,7 @@ def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
     data = small(tmp_path, data=[{"sample": "-n 2 --out x.json"}])
     data["sets"]["valid"] = {"tiers": ["easy"], "samples": 2}  # asked as train is: its own base evaluation all the same
     data["variants"]["qwen"] = {"overrides": {"model.spec": "qwen2.5-coder-0.5b"}, "seeds": [0], "sets": ["train"]}
-    experiment = load_experiment(write(tmp_path / "exp.yaml", data))
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
     pieces = plan_pieces(experiment)
     assert names(pieces) == [
         "mlx-swe-rl puzzles sample -n 2 --out x.json",
@@ -133,8 +132,8 @@ def finish(run: RunPiece, step: int) -> None:
 
 
 def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
-    experiment = load_experiment(write(tmp_path / "exp.yaml", small(
-        tmp_path, data=[{"sample": f"-n 2 --out {tmp_path / 'x.json'}"}])))
+    experiment = load(write(tmp_path / "exp.yaml", small(
+        tmp_path, data=[{"sample": f"-n 2 --out {tmp_path / 'x.json'}"}])), cli)
     pieces = plan_pieces(experiment)
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     data = next(p for p in pieces if isinstance(p, DataPiece))
@@ -158,15 +157,55 @@ def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
         finish(next(r for r in runs.values() if r.name == cfg.run_name), cfg.train.steps)
 
     lines = []
-    run_pieces([data, *runs.values(), evaluation], progress=False, log=lines.append, train_fn=trainer)
+    run_pieces([data, *runs.values(), evaluation], cli, progress=False, log=lines.append, train_fn=trainer)
     assert calls == [("onpolicy-s1", True), ("frozen-s0", True)]
     assert lines[0] == "3 of 5 pieces kept from earlier; 2 to do"
     assert lines[1] == "[1/2] onpolicy-s1 (resumes after step 1 of 2; 1 left after it)"
     for name in ("onpolicy-s1", "frozen-s0"):  # each sitting's time is kept
         assert json.loads((runs[name].run_dir / "wall_time.json").read_text())["seconds"] >= 0
     calls.clear()
-    run_pieces([data, *runs.values(), evaluation], progress=False, log=lines.append, train_fn=trainer)
+    run_pieces([data, *runs.values(), evaluation], cli, progress=False, log=lines.append, train_fn=trainer)
     assert calls == []
+
+
+def test_a_run_killed_mid_way_resumes_and_nothing_is_done_twice(tmp_path, tiny_model_dir):
+    """The real trainer on the tiny model: killed after its first step (the checkpoint of step 1
+    kept), the command run again resumes it, and a third time does nothing."""
+    from mlx_swe_rl.rl.trainer import train
+
+    path = write(tmp_path / "kill.yaml", {
+        "name": "kill", "output_dir": str(tmp_path / "out"),
+        "overrides": {"model.spec": str(tiny_model_dir), "puzzles.tiers": ["easy"], "sampling.max_tokens": 6,
+                      "sampling.group_size": 2, "train.steps": 2, "train.puzzles_per_step": 1,
+                      "train.save_every": 1, "train.final_eval": False, "workers": 2},
+        "variants": {"a": {}}, "sets": {"easy": {"tiers": ["easy"], "split": "heldout"}}})
+    pieces = plan_pieces(load(path, cli))
+    run_dir, out = tmp_path / "out" / "a-s0", tmp_path / "out"
+    calls = []
+
+    def killed(cfg, **kwargs):
+        calls.append(kwargs["resume"])
+        train(cfg, stop_after=1, **kwargs)
+        raise KeyboardInterrupt  # Ctrl-C after step 1
+
+    with pytest.raises(KeyboardInterrupt):
+        run_pieces(pieces, cli, progress=False, log=lambda _: None, train_fn=killed)
+
+    def steps() -> list[int]:
+        return [json.loads(line)["step"] for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+    assert steps() == [1] and not list(out.glob("eval-*.json"))
+    assert json.loads((run_dir / "wall_time.json").read_text())["seconds"] > 0
+
+    def whole(cfg, **kwargs):
+        calls.append(kwargs["resume"])
+        return train(cfg, **kwargs)
+
+    run_pieces(pieces, cli, progress=False, log=lambda _: None, train_fn=whole)
+    assert calls == [False, True] and steps() == [1, 2]  # resumed after step 1: no step twice
+    assert sorted(p.name for p in out.glob("eval-*.json")) == ["eval-a-s0-easy.json", "eval-base-easy.json"]
+    run_pieces(pieces, cli, progress=False, log=lambda _: None, train_fn=whole)
+    assert calls == [False, True]
 
 
 # ----------------------------------------------------------------------------------- the report
@@ -182,7 +221,7 @@ def report(rates: list[float], samples: int = 4) -> dict:
 
 def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     data = small(tmp_path, sets={"train": {"samples": 4}})
-    experiment = load_experiment(write(tmp_path / "exp.yaml", data))
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
     pieces = plan_pieces(experiment)
     out = tmp_path / "out"
     out.mkdir()
@@ -256,12 +295,12 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
         "pairs": [{"variant": "onpolicy", "minus": "frozen"}],
         "data": [{"sample": f"--tier easy --split train -n 2 --seed 0 --out {tmp_path / 'train2.json'}"},
                  {"sample": ["--tier", "easy", "--split", "heldout", "-n", "1", "--out", str(tmp_path / "held1.json")]}]})
-    dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    dry = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert "[1/16] mlx-swe-rl puzzles sample" in dry.output and "memory: estimated once the data steps" in dry.output
     assert "16 of 16 pieces to do; no time estimate (no training step measured yet" in dry.output
 
-    result = CliRunner().invoke(experiment_cmd, [str(path), "--quiet"])
+    result = CliRunner().invoke(cli, ["experiment", str(path), "--quiet"])
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
     written = json.loads((out / "report.json").read_text())
@@ -281,12 +320,12 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     assert (out / "report.md").is_file() and (out / "report.png").is_file()
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")}
 
-    again = CliRunner().invoke(experiment_cmd, [str(path), "--quiet"])
+    again = CliRunner().invoke(cli, ["experiment", str(path), "--quiet"])
     assert again.exit_code == 0, again.output
     assert "16 of 16 pieces kept from earlier; 0 to do" in again.output
     assert {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")} == stamps
-    run = next(p for p in plan_pieces(load_experiment(path)) if isinstance(p, RunPiece))
+    run = next(p for p in plan_pieces(load(path, cli)) if isinstance(p, RunPiece))
     assert memory_line(run).startswith("memory: peak ")  # the preflight, once the data is there
-    dry = CliRunner().invoke(experiment_cmd, [str(path), "--dry-run"])
+    dry = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])
     assert "0 of 16 pieces to do; nothing left to run" in dry.output
     assert "s per training step (4 steps)" in dry.output

@@ -18,8 +18,9 @@ LAYERS = {
     "models": 5,
     "rl": 6,
     "reports": 7,
-    "cli": 8,
-    "__init__": 9, "__main__": 9, "train": 9, "eval": 9,  # the package root and `python -m` entry points
+    "experiments": 8,  # comparison experiments: runs and evaluations paired, their report
+    "cli": 9,
+    "__init__": 10, "__main__": 10, "train": 10, "eval": 10,  # the package root and `python -m` entry points
 }
 
 

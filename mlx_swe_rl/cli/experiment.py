@@ -32,12 +32,12 @@ def main(experiment_file: Path, dry_run: bool, only: tuple[str, ...], seeds: str
     report.png in its output directory (docs/experiments.md)."""
     from ..experiments.pieces import plan_pieces
     from ..experiments.report import write_report
-    from ..experiments.spec import load_experiment
     from ..rl.config import ConfigError
 
     chosen_seeds = parse_seeds(seeds)
+    commands = click.get_current_context().find_root().command  # `mlx-swe-rl`, whose commands the data steps are
     try:
-        experiment = load_experiment(experiment_file)
+        experiment = load(experiment_file, commands)
         pieces = plan_pieces(experiment, only, chosen_seeds)
         every = plan_pieces(experiment)  # the report covers the whole experiment, whatever ran now
     except ConfigError as exc:
@@ -45,11 +45,37 @@ def main(experiment_file: Path, dry_run: bool, only: tuple[str, ...], seeds: str
     if dry_run:
         return list_pieces(pieces, every)
     if not report_only:
-        run_pieces(pieces, progress=not quiet, log=click.echo)
+        run_pieces(pieces, commands, progress=not quiet, log=click.echo)
     written = write_report(experiment, every)
     if not report_only:
         click.echo((experiment.output_dir / "report.md").read_text())
     click.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def load(path: Path, commands: click.Group):
+    """The experiment file at `path`, its data steps read by the parsers of `commands` (the
+    `mlx-swe-rl` group, handed in: this module is one of its commands)."""
+    from ..experiments.spec import load_experiment
+
+    return load_experiment(path, lambda command, args: data_options(commands, command, args))
+
+
+def data_options(commands: click.Group, command: str, args: list[str]) -> dict[str, Any]:
+    """A data command's options as its own parser reads them (a typo fails here, before any
+    step runs; the command does not run); ValueError with click's message for a bad one."""
+    from ..experiments.spec import TOP_LEVEL
+
+    group = commands if command in TOP_LEVEL else commands.commands["puzzles"]
+    cmd = group.commands.get(command)
+    if cmd is None:
+        raise ValueError("this version of mlx-swe-rl has no such command")
+    try:
+        with cmd.make_context(command, list(args)) as ctx:
+            return dict(ctx.params)
+    except click.exceptions.Exit:
+        raise ValueError("--help or --version is not a data step") from None
+    except click.ClickException as exc:
+        raise ValueError(exc.format_message()) from None
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...]:
@@ -91,10 +117,11 @@ def list_pieces(pieces: list, every: list) -> None:
                + (f"; {unknown} piece(s) not estimated (nothing to measure them by yet)" if unknown else ""))
 
 
-def run_pieces(pieces: list, progress: bool, log: Callable[[str], None], train_fn: Callable[..., Any] | None = None
-               ) -> None:
-    """Run every piece not done yet, in order, saying which one and how many are left.
-    `train_fn` replaces the trainer (tests watch which runs start and which resume)."""
+def run_pieces(pieces: list, commands: click.Group, progress: bool, log: Callable[[str], None],
+               train_fn: Callable[..., Any] | None = None) -> None:
+    """Run every piece not done yet, in order, saying which one and how many are left; data
+    steps are commands of `commands` (`mlx-swe-rl`). `train_fn` replaces the trainer (tests
+    watch which runs start and which resume)."""
     from ..experiments.pieces import DataPiece, RunPiece
     from ..rl.trainer import train
 
@@ -103,7 +130,7 @@ def run_pieces(pieces: list, progress: bool, log: Callable[[str], None], train_f
     for i, piece in enumerate(todo, 1):
         log(f"[{i}/{len(todo)}] {piece.name} ({piece.state()}; {len(todo) - i} left after it)")
         if isinstance(piece, DataPiece):
-            make_data(piece, log)
+            make_data(piece, commands, log)
         elif isinstance(piece, RunPiece):
             train_run(piece, train_fn or train, progress, log)
         else:
@@ -111,12 +138,10 @@ def run_pieces(pieces: list, progress: bool, log: Callable[[str], None], train_f
         _release_memory()
 
 
-def make_data(piece, log: Callable[[str], None]) -> None:
+def make_data(piece, commands: click.Group, log: Callable[[str], None]) -> None:
     """A data step: the command as typed, in this process; its outputs must appear."""
-    from .app import main as cli
-
     log(f"$ {piece.step.line()}")
-    cli.main(args=piece.step.argv, prog_name="mlx-swe-rl", standalone_mode=False)
+    commands.main(args=piece.step.argv, prog_name="mlx-swe-rl", standalone_mode=False)
     missing = [str(p) for p in piece.step.outputs if not p.exists()]
     if missing:
         fail(f"{piece.step.line()}: did not write {', '.join(missing)}")
@@ -151,7 +176,7 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     from .options import model_report, select_puzzles
 
     cfg, s = piece.config, piece.eval_set
-    puzzles = select_puzzles(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)
+    puzzles = select_puzzles(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)  # as `eval --puzzles`
     plan = piece.plan()
     sandbox = {"workers": cfg.workers, "confinement": cfg.sandbox.confinement,
                "allow_unconfined": not cfg.sandbox.require_confinement}

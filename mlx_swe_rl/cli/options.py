@@ -208,15 +208,12 @@ def select_puzzles(puzzle_dir: Path | None, tiers: str | list[str] | None, split
     """Load the chosen puzzles or stop with a one-line error. `tiers`: a list, a comma-separated
     string, or None for all. A `.json` file is a puzzle-set file (`calibrate --write-train-set`,
     `puzzles sample`: puzzle ids, optionally a directory)."""
-    from ..puzzles.format import PuzzleError, load_puzzles
-    from ..puzzles.trainset import TrainSetError, load_train_set
+    from ..puzzles.format import PuzzleError
+    from ..puzzles.trainset import TrainSetError, load_selection
 
     tier_list = parse_tiers([tiers] if isinstance(tiers, str) else tiers or ())
     try:
-        if puzzle_dir is not None and puzzle_dir.suffix == ".json":
-            found = load_train_set(puzzle_dir, tier_list, split)
-        else:
-            found = load_puzzles(puzzle_dir, tier_list, split)
+        found = load_selection(puzzle_dir, tier_list, split)
     except (PuzzleError, TrainSetError) as exc:
         fail(str(exc))
     if not found:

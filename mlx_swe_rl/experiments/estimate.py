@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..runfiles import read_history
 from .pieces import EvalPiece, Piece, RunPiece
@@ -51,16 +50,12 @@ def measure(pieces: list[Piece]) -> Rates:
 
 def puzzle_count(piece: EvalPiece) -> int | None:
     """How many puzzles the set holds (None while its file is still to be made)."""
-    import click
-
-    from ..cli.options import select_puzzles
     from ..puzzles.format import PuzzleError
     from ..puzzles.trainset import TrainSetError
 
-    s = piece.eval_set
     try:
-        return len(select_puzzles(Path(s.puzzles) if s.puzzles else None, ",".join(s.tiers or []) or None, s.split))
-    except (click.ClickException, PuzzleError, TrainSetError, OSError):
+        return len(piece.puzzles())
+    except (PuzzleError, TrainSetError, OSError):
         return None
 
 

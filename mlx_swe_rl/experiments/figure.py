@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-STYLES = ("-", "--", ":", "-.")
+STYLES = ("-", "--", ":", "-.")  # line style per seed
+HATCHES = ("", "//", "..", "xx")  # bar hatch per seed
 
 
 def draw(result: dict[str, Any], out: Path) -> Path:
@@ -26,20 +27,24 @@ def draw(result: dict[str, Any], out: Path) -> Path:
             if not values or any(v is None for v in values):  # beta 0: no KL recorded
                 continue
             steps = range(1, len(values) + 1)
-            ax.plot(steps, smooth(values) if key == "reward_mean" else values, style, color=colour, label=run)
-    for ax, (_, title, unit) in zip(axes, panels):
+            ax.plot(steps, smooth(values) if key == "reward_mean" else values, style, color=colour, label=run,
+                    marker="o", markersize=3)  # markers: a one-step run still shows
+    for ax, (key, title, unit) in zip(axes, panels):
         ax.set(title=title, xlabel="step", ylabel=unit)
         ax.grid(alpha=0.3)
+        if not ax.lines:
+            ax.text(0.5, 0.5, "nothing recorded" + (" (grpo.beta 0 skips the KL)" if key == "kl" else ""),
+                    ha="center", va="center", transform=ax.transAxes)
     axes[0].legend(fontsize=8)
-    _changes(axes[3], result)
+    _changes(axes[3], result, variants, seeds)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
 
 
-def _changes(ax: Any, result: dict[str, Any]) -> None:
-    """Each run's paired change per set (points) with its 95% CI."""
+def _changes(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
+    """Each run's paired change per set (points) with its 95% CI, coloured as its curves."""
     sets = list(result["sets"])
     runs = [(run, entry) for run, entry in result["runs"].items() if entry["change"]]
     width = 0.8 / max(len(runs), 1)
@@ -49,7 +54,8 @@ def _changes(ax: Any, result: dict[str, Any]) -> None:
         means = [100 * row["change"] for row in rows if row]
         errs = [[100 * (row["change"] - row["ci95"][0]) for row in rows if row],
                 [100 * (row["ci95"][1] - row["change"]) for row in rows if row]]
-        ax.bar(xs, means, width, yerr=errs, capsize=3, label=run)
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=run, color=f"C{variants.index(entry['variant'])}",
+               hatch=HATCHES[seeds.index(entry["seed"]) % len(HATCHES)], edgecolor="white")
     ax.axhline(0, color="0.3", linewidth=0.8)
     ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(sets))],
                   [f"{s}\n(avg@{result['sets'][s]['samples']})" for s in sets])

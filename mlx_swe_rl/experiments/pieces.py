@@ -100,6 +100,13 @@ class EvalPiece:
     def state(self) -> str:
         return "kept" if self.done() else f"to evaluate (K = {self.eval_set.samples})"
 
+    def puzzles(self) -> list:
+        """The set's puzzles (PuzzleError, TrainSetError while its file is still to be made)."""
+        from ..puzzles.trainset import load_selection
+
+        s = self.eval_set
+        return load_selection(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)
+
     def plan(self) -> SamplingPlan:
         """How it samples: the set's settings, the config's where the set leaves them unset."""
         s, sampling = self.eval_set, self.config.sampling

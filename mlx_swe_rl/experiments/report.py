@@ -135,7 +135,7 @@ def ids_cell(ids: list[str]) -> str:
 def markdown(result: dict[str, Any]) -> str:
     """The report's tables, in Markdown."""
     sets = result["sets"]
-    lines = [f"# Experiment {result['name']}", "", result["about"] or "", "",
+    lines = [f"# Experiment {result['name']}", "", *([result["about"], ""] if result["about"] else []),
              "## Paired change from the base model (avg@K in %, change in points, 95% bootstrap CI over puzzles)", "",
              "| run | set (puzzles) | K | before | after | change [95% CI] | up / down |", "|---|---|---|---|---|---|---|"]
     for run, entry in result["runs"].items():

@@ -29,7 +29,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..rl.config import Config, ConfigError, from_dict, load_config, meta, read_yaml_mapping
 
@@ -43,6 +43,7 @@ DATA_COMMANDS: dict[str, tuple[str, ...]] = {"forge": ("out",), "sample": ("out"
                                              "mine": ("out",), "calibrate": ("out", "write_train_set"),
                                              "rollouts": ("out", "write_train_set")}
 TOP_LEVEL = ("calibrate", "rollouts")  # commands of `mlx-swe-rl` itself, not of `mlx-swe-rl puzzles`
+ReadOptions = Callable[[str, list[str]], dict[str, Any]]  # (command, args) -> its options, by name
 BASE = "base"  # the name of the untrained model's evaluations (eval-base-SET.json)
 
 
@@ -144,9 +145,11 @@ def overrides_to_assignments(items: dict[str, Any]) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in items.items()]
 
 
-def load_experiment(path: Path) -> Experiment:
+def load_experiment(path: Path, read_options: ReadOptions) -> Experiment:
     """Read and check an experiment file: keys, types, every run's full config, the data
-    commands' options; raises ConfigError with one line naming the file and key."""
+    commands' options (`read_options(command, args)`: the options as the command's own parser
+    reads them, a ValueError for a bad one; the command line hands its parser in, so this layer
+    never imports it); raises ConfigError with one line naming the file and key."""
     path = Path(path)
     data = read_yaml_mapping(path, "a mapping (name, base, overrides, variants, sets, ...)")
     _check_keys(data, TOP_KEYS, "", path)
@@ -162,7 +165,7 @@ def load_experiment(path: Path) -> Experiment:
         path=path, name=name, about=_string(data.get("about", ""), "about", path),
         output_dir=Path(_string(data.get("output_dir", f"outputs/{name}"), "output_dir", path)),
         base=_base(data.get("base"), path), overrides=_mapping(data.get("overrides"), "overrides", path),
-        variants=variants, sets=sets, data=_data_steps(data.get("data"), path),
+        variants=variants, sets=sets, data=_data_steps(data.get("data"), path, read_options),
         pairs=_pairs(data.get("pairs"), variants, path))
     experiment.shared_config()
     for variant in variants.values():  # every run's config checked before any runs
@@ -244,15 +247,15 @@ def _variant(name: str, body: Any, seeds: tuple[int, ...], sets: dict[str, EvalS
                    _string(body.get("about", ""), f"{key}.about", path))
 
 
-def _data_steps(value: Any, path: Path) -> tuple[DataStep, ...]:
+def _data_steps(value: Any, path: Path, read_options: ReadOptions) -> tuple[DataStep, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
         raise ConfigError(f"{path}: data: expected a list of steps, e.g. [{{sample: DIR -n 40 --out FILE}}]")
-    return tuple(_data_step(i, step, path) for i, step in enumerate(value))
+    return tuple(_data_step(i, step, path, read_options) for i, step in enumerate(value))
 
 
-def _data_step(index: int, step: Any, path: Path) -> DataStep:
+def _data_step(index: int, step: Any, path: Path, read_options: ReadOptions) -> DataStep:
     key = f"data[{index}]"
     if not isinstance(step, dict) or len(step) != 1:
         raise ConfigError(f"{path}: {key}: expected one command and its arguments, e.g. {{forge: --out DIR}}")
@@ -269,29 +272,12 @@ def _data_step(index: int, step: Any, path: Path) -> DataStep:
     if not isinstance(args, list):
         raise ConfigError(f"{path}: {key}.{command}: expected the arguments as a string or a list, got {args!r}")
     args = [str(a) for a in args]
-    params = _parse_options(command, args, f"{path}: {key}.{command}")
+    try:
+        params = read_options(command, args)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {key}.{command}: {exc}") from None
     outputs = tuple(Path(params[o]) for o in DATA_COMMANDS[command] if params.get(o) is not None)
     return DataStep(command, tuple(args), outputs)
-
-
-def _parse_options(command: str, args: list[str], where: str) -> dict[str, Any]:
-    """The command's options as its own parser reads them (a typo fails here, before any step
-    runs); the command itself does not run."""
-    import click
-
-    from ..cli.app import main
-
-    group = main if command in TOP_LEVEL else main.commands["puzzles"]
-    cmd = group.commands.get(command)
-    if cmd is None:
-        raise ConfigError(f"{where}: this version of mlx-swe-rl has no such command")
-    try:
-        with cmd.make_context(command, list(args)) as ctx:
-            return dict(ctx.params)
-    except click.exceptions.Exit:
-        raise ConfigError(f"{where}: --help or --version is not a data step") from None
-    except click.ClickException as exc:
-        raise ConfigError(f"{where}: {exc.format_message()}") from None
 
 
 def _pairs(value: Any, variants: dict[str, Variant], path: Path) -> tuple[Pair, ...]:

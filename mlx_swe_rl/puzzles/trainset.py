@@ -58,6 +58,14 @@ def _read(path: Path) -> dict:
     return data
 
 
+def load_selection(path: Path | None, tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
+    """The puzzles a --puzzles value names: a puzzle-set file (`.json`: `puzzles sample`,
+    `calibrate --write-train-set`), a puzzle directory, or None for the bundled puzzles."""
+    if path is not None and Path(path).suffix == ".json":
+        return load_train_set(Path(path), tiers, split)
+    return load_puzzles(path, tiers, split)
+
+
 def load_train_set(path: Path, tiers: list[str] | None = None, split: str = "all") -> list[Puzzle]:
     """The puzzles a train-set file names, in file order, filtered by tier and split."""
     data = _read(path)
