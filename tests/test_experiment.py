@@ -86,6 +86,17 @@ def test_a_file_reads_into_its_runs_configs(tmp_path):
     assert experiment.sets["heldout"].samples == 1 and experiment.sets["train"].split == "train"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0,a"], "--seeds: expected comma-separated integers, got '0,a'"),
+    (["--only", "frozn"], "--only: 'frozn' is not a variant of {path} (onpolicy, frozen)"),
+    (["--only", "frozen", "--seeds", "1"], "--seeds: none of 1 is a seed of the chosen variants"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, args, message):
+    path = write(tmp_path / "exp.yaml", small(tmp_path))
+    result = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run", *args])
+    assert result.exit_code != 0 and result.output.strip().splitlines() == [f"Error: {message.format(path=path)}"]
+
+
 # ----------------------------------------------------------------------------------- the pieces
 def names(pieces) -> list[str]:
     return [p.name for p in pieces]
@@ -324,6 +335,8 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     assert again.exit_code == 0, again.output
     assert "16 of 16 pieces kept from earlier; 0 to do" in again.output
     assert {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")} == stamps
+    only = CliRunner().invoke(cli, ["experiment", str(path), "--report"])  # the report alone, nothing run
+    assert only.exit_code == 0 and "# Experiment tiny" in only.output and "pieces kept" not in only.output
     run = next(p for p in plan_pieces(load(path, cli)) if isinstance(p, RunPiece))
     assert memory_line(run).startswith("memory: peak ")  # the preflight, once the data is there
     dry = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])

@@ -47,8 +47,7 @@ def main(experiment_file: Path, dry_run: bool, only: tuple[str, ...], seeds: str
     if not report_only:
         run_pieces(pieces, commands, progress=not quiet, log=click.echo)
     written = write_report(experiment, every)
-    if not report_only:
-        click.echo((experiment.output_dir / "report.md").read_text())
+    click.echo((experiment.output_dir / "report.md").read_text())
     click.echo("wrote " + ", ".join(str(p) for p in written))
 
 
