@@ -52,6 +52,8 @@ def small(tmp_path: Path, **changes) -> dict:
     ({"overrides": {"grpo.betta": 0}}, "overrides: grpo.betta: unknown key (did you mean 'grpo.beta'?)"),
     ({"variants": {"a": {"overrides": {"sampling.mode": "frozn"}}}},
      "variants.a.overrides: sampling.mode: 'frozn' is not one of on_policy, frozen; did you mean 'frozen'?"),
+    ({"variants": {"a": {"overrides": {"seed": 3}}}}, "variants.a.overrides: seed: set by the experiment (seeds)"),
+    ({"overrides": {"run_name": "x"}}, "overrides: run_name: set by the experiment (VARIANT-sSEED)"),
     ({"variants": {"a": {"seed": [1]}}}, "variants.a.seed: unknown key (did you mean 'variants.a.seeds'?)"),
     ({"variants": {"a": {"sets": ["valid"]}}}, "variants.a.sets: 'valid' is not a set of this file"),
     ({"sets": {"train": {"samples": 0}}}, "sets.train.samples: 0 is below the minimum 1"),

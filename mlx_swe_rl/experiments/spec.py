@@ -25,13 +25,12 @@ files); `base` may also be given relative to the experiment file.
 from __future__ import annotations
 
 import difflib
-import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..rl.config import Config, ConfigError, from_dict, load_config, meta, read_yaml_mapping
+from ..rl.config import Config, ConfigError, as_assignments, from_dict, load_config, meta, read_yaml_mapping
 
 TOP_KEYS = ("name", "about", "output_dir", "base", "overrides", "seeds", "variants", "sets", "data", "pairs")
 VARIANT_KEYS = ("about", "overrides", "seeds", "sets")
@@ -43,6 +42,7 @@ DATA_COMMANDS: dict[str, tuple[str, ...]] = {"forge": ("out",), "sample": ("out"
                                              "mine": ("out",), "calibrate": ("out", "write_train_set"),
                                              "rollouts": ("out", "write_train_set")}
 TOP_LEVEL = ("calibrate", "rollouts")  # commands of `mlx-swe-rl` itself, not of `mlx-swe-rl puzzles`
+RESERVED = {"seed": "seeds", "output_dir": "output_dir", "run_name": "VARIANT-sSEED"}  # not overridable
 ReadOptions = Callable[[str, list[str]], dict[str, Any]]  # (command, args) -> its options, by name
 BASE = "base"  # the name of the untrained model's evaluations (eval-base-SET.json)
 
@@ -134,15 +134,9 @@ class Experiment:
 
     def _config(self, items: dict[str, Any], key: str) -> Config:
         try:
-            return load_config(self.base, overrides_to_assignments(items))
+            return load_config(self.base, as_assignments(items))
         except ConfigError as exc:
             raise ConfigError(f"{self.path}: {key}: {exc}") from None
-
-
-def overrides_to_assignments(items: dict[str, Any]) -> list[str]:
-    """`key.sub: value` pairs as `--set key.sub=value` assignments (JSON is YAML, so every value
-    reads back as written)."""
-    return [f"{k}={json.dumps(v)}" for k, v in items.items()]
 
 
 def load_experiment(path: Path, read_options: ReadOptions) -> Experiment:
@@ -167,6 +161,11 @@ def load_experiment(path: Path, read_options: ReadOptions) -> Experiment:
         base=_base(data.get("base"), path), overrides=_mapping(data.get("overrides"), "overrides", path),
         variants=variants, sets=sets, data=_data_steps(data.get("data"), path, read_options),
         pairs=_pairs(data.get("pairs"), variants, path))
+    for key, items in [("overrides", experiment.overrides),
+                       *((f"variants.{v.name}.overrides", v.overrides) for v in variants.values())]:
+        for reserved, by in RESERVED.items():
+            if reserved in items:
+                raise ConfigError(f"{path}: {key}: {reserved}: set by the experiment ({by})")
     experiment.shared_config()
     for variant in variants.values():  # every run's config checked before any runs
         for seed in variant.seeds:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..rl.config import Config, ConfigError, load_config, read_yaml_mapping
+from ..rl.config import Config, ConfigError, as_assignments, load_config, read_yaml_mapping
 from ..rl.stats import compare_reports
 
 
@@ -64,10 +64,8 @@ def load_comparison(path: Path) -> Comparison:
 
 def variant_config(comparison: Comparison, variant: str, source: Path | str = "comparison") -> Config:
     """The full config of one variant: base, then shared overrides, then the variant's own."""
-    items = {**comparison.overrides, **comparison.variants[variant]}
-    assignments = [f"{k}={json.dumps(v)}" for k, v in items.items()]
-    assignments += [f"output_dir={json.dumps(str(comparison.output_dir / comparison.name))}",
-                    f"run_name={json.dumps(variant)}"]
+    assignments = as_assignments({**comparison.overrides, **comparison.variants[variant],
+                                  "output_dir": str(comparison.output_dir / comparison.name), "run_name": variant})
     try:
         return load_config(comparison.base, assignments)
     except ConfigError as exc:

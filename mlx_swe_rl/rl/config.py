@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -399,6 +400,12 @@ def apply_override(data: dict, assignment: str) -> None:
             raise ConfigError(f"--set {key}: '{part}' is not a section")
         node = child
     node[parts[-1]] = value
+
+
+def as_assignments(items: dict[str, Any]) -> list[str]:
+    """`key.sub: value` pairs (a comparison's or an experiment's overrides) as `--set key.sub=value`
+    assignments for `load_config` (JSON is YAML, so every value reads back as written)."""
+    return [f"{k}={json.dumps(v)}" for k, v in items.items()]
 
 
 def read_yaml_mapping(path: Path, what: str = "a mapping") -> dict[str, Any]:
