@@ -5,6 +5,7 @@ to end on SmolLM2 that a rerun then skips."""
 import json
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -65,6 +66,17 @@ def small(tmp_path: Path, **changes) -> dict:
     ({"data": [{"sample": "-n 2 --out x.json", "forge": "--out d"}]}, "data[0]: expected one command"),
     ({"pairs": [{"variant": "onpolicy", "minus": "frozn"}]}, "pairs[0].minus: 'frozn' is not a variant"),
     ({"pairs": [{"variant": "onpolicy", "minus": "onpolicy"}]}, "pairs[0]: a variant minus itself"),
+    ({"data": [{"script": "nowhere.py", "outputs": ["x"]}]}, "data[0].script: expected a Python script"),
+    ({"data": [{"script": str(REPO / "scripts/transfer_data.py")}]}, "data[0].outputs: expected the list of paths"),
+    ({"data": [{"script": str(REPO / "scripts/transfer_data.py"), "output": ["x"]}]},
+     "data[0].output: unknown key (did you mean 'data[0].outputs'?)"),
+    ({"data": [{"scrip": "x.py"}]}, "data[0].scrip: unknown data command (did you mean 'script'?)"),
+    ({"variants": {"a": {"adapter": "d", "seeds": [0]}}}, "variants.a.seeds: an evaluation-only variant"),
+    ({"variants": {"base": {"adapter": "none"}}}, "variants.base: 'base' names the base model's evaluations"),
+    ({"variants": {"a": {"adapter": "none", "overrides": {"sampling.stop_after_answr": False}}}},
+     "variants.a.overrides: sampling.stop_after_answr: unknown key"),
+    ({"variants": {"a": {}, "b": {"adapter": "d"}}, "pairs": [{"variant": "a", "minus": "b"}]},
+     "pairs[0].minus: 'b' is not a variant that trains (a)"),
 ])
 def test_bad_files_are_one_line_errors_naming_the_file_and_key(tmp_path, change, needle):
     path = write(tmp_path / "exp.yaml", small(tmp_path, **change))
@@ -135,6 +147,54 @@ def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
         plan_pieces(experiment, ("frozn",), ())
     with pytest.raises(ConfigError, match="--seeds: none of 7"):
         plan_pieces(experiment, (), (7,))
+
+
+def test_evaluation_only_variants_and_script_steps(tmp_path):
+    """An adapter made elsewhere and the base model asked otherwise are evaluated, not trained,
+    paired with the shared base evaluation; a script step runs with this Python and is kept once
+    its declared outputs exist, and one that fails stops the command."""
+    script = tmp_path / "make.py"
+    script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text(sys.argv[2])\n")
+    made = tmp_path / "made.txt"
+    data = small(tmp_path, data=[{"script": f"{script} {made} 'two words'", "outputs": [str(made)]}])
+    data["variants"]["narrow"] = {"adapter": str(tmp_path / "elsewhere"), "sets": ["heldout"]}
+    data["variants"]["full"] = {"adapter": "none", "overrides": {"sampling.stop_after_answer": False}}
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    assert experiment.variants["full"].adapter is None and not experiment.variants["full"].trains
+    assert experiment.data[0].line() == f"python {script} {made} 'two words'"
+    pieces = plan_pieces(experiment)
+    out = tmp_path / "out"
+    assert "narrow-s0" not in names(pieces) and names(pieces)[-3:] == [
+        "eval narrow on heldout", "eval full on train", "eval full on heldout"]
+    evals = {p.name: p for p in pieces if isinstance(p, EvalPiece)}
+    narrow, full = evals["eval narrow on heldout"], evals["eval full on train"]
+    assert (narrow.adapter, narrow.out, narrow.baseline) == (
+        tmp_path / "elsewhere", out / "eval-narrow-heldout.json", out / "eval-base-heldout.json")
+    assert narrow.state() == f"to evaluate (K = 1); needs {tmp_path / 'elsewhere'}, not there yet"
+    assert full.adapter is None and full.baseline == out / "eval-base-train.json"  # asked otherwise, paired all the same
+    assert not full.plan().stop_after_answer and evals["eval base on train"].plan().stop_after_answer
+    assert "eval narrow on heldout" in names(plan_pieces(experiment, (), (1,)))  # --seeds keeps them
+    assert names(plan_pieces(experiment, ("full",), ()))[1:] == [
+        "eval base on train", "eval base on heldout", "eval full on train", "eval full on heldout"]
+
+    lines = []
+    run_pieces(pieces[:1], cli, progress=False, log=lines.append)
+    assert made.read_text() == "two words" and pieces[0].done() and lines[1].startswith("[1/1] python ")
+    made.unlink()
+    script.write_text("raise SystemExit(3)\n")
+    with pytest.raises(click.ClickException, match="failed"):
+        run_pieces(pieces[:1], cli, progress=False, log=lines.append)
+    with pytest.raises(click.ClickException, match="eval narrow on heldout: no adapters at"):
+        run_pieces([narrow], cli, progress=False, log=lines.append)
+
+    out.mkdir()
+    for model, rates in {"base": [0, .25, .5, .75], "full": [.25, .25, .5, .75]}.items():
+        (out / f"eval-{model}-train.json").write_text(json.dumps(report(rates)))
+    result = collect(experiment, pieces)
+    assert result["evaluated"]["full"]["change"]["train"]["change"] == 0.0625
+    assert result["evaluated"]["full"]["puzzles"]["train"]["newly_solved"] == ["p0"]
+    assert "narrow" not in result["evaluated"] and "full" not in result["runs"]
+    assert "| full | train (4) | 4 | 37.5 | 43.8 | +6.2" in markdown(result)
 
 
 def finish(run: RunPiece, step: int) -> None:

@@ -6,6 +6,8 @@ with more variants, skips what is there and resumes a started run from its check
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -138,9 +140,16 @@ def run_pieces(pieces: list, commands: click.Group, progress: bool, log: Callabl
 
 
 def make_data(piece, commands: click.Group, log: Callable[[str], None]) -> None:
-    """A data step: the command as typed, in this process; its outputs must appear."""
+    """A data step: the command as typed, in this process (a script in a child process of this
+    Python, so its imports and globals stay its own); its outputs must appear."""
+    from ..experiments.spec import SCRIPT
+
     log(f"$ {piece.step.line()}")
-    commands.main(args=piece.step.argv, prog_name="mlx-swe-rl", standalone_mode=False)
+    if piece.step.command == SCRIPT:
+        if subprocess.run([sys.executable, *piece.step.argv]).returncode != 0:
+            fail(f"{piece.step.line()}: failed (its messages are above)")
+    else:
+        commands.main(args=piece.step.argv, prog_name="mlx-swe-rl", standalone_mode=False)
     missing = [str(p) for p in piece.step.outputs if not p.exists()]
     if missing:
         fail(f"{piece.step.line()}: did not write {', '.join(missing)}")
@@ -175,6 +184,8 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     from .options import model_report, select_puzzles
 
     cfg, s = piece.config, piece.eval_set
+    if piece.adapter is not None and not piece.adapter.is_dir():  # another experiment's run, not made yet
+        fail(f"{piece.name}: no adapters at {piece.adapter} (run what makes them first)")
     puzzles = select_puzzles(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)  # as `eval --puzzles`
     plan = piece.plan()
     sandbox = {"workers": cfg.workers, "confinement": cfg.sandbox.confinement,

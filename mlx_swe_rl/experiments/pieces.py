@@ -4,7 +4,9 @@ final step; a started one resumes from its checkpoint) and the evaluations (done
 report exists; reports are written atomically, so a killed one leaves nothing).
 
 Evaluation files keep the drivers' names: OUTPUT_DIR/eval-RUN-SET.json, the untrained model's
-as eval-base-SET.json (paired with every run asked the same way).
+as eval-base-SET.json (paired with every run asked the same way), an evaluation-only variant's
+as eval-VARIANT-SET.json (paired with the shared config's base evaluation: what it compares is
+the adapter or the way of asking).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class RunPiece:
 class EvalPiece:
     """One model (the base model, or a run's adapters) evaluated on one set."""
 
-    model: str  # BASE (or base-VARIANT) or a run's name
+    model: str  # BASE (or base-VARIANT), a run's name, or an evaluation-only variant's
     set_name: str
     eval_set: EvalSet
     config: Config  # the model, dtype, prompt and sampling defaults it is asked with
@@ -98,7 +100,10 @@ class EvalPiece:
         return self.out.is_file()
 
     def state(self) -> str:
-        return "kept" if self.done() else f"to evaluate (K = {self.eval_set.samples})"
+        if self.done():
+            return "kept"
+        waits = self.adapter is not None and not self.adapter.is_dir()  # a run not trained yet, or made elsewhere
+        return f"to evaluate (K = {self.eval_set.samples})" + (f"; needs {self.adapter}, not there yet" if waits else "")
 
     def puzzles(self) -> list:
         """The set's puzzles (PuzzleError, TrainSetError while its file is still to be made)."""
@@ -131,7 +136,8 @@ def asked_as(cfg: Config, eval_set: EvalSet) -> str:
 def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple[int, ...] = ()) -> list[Piece]:
     """Every piece in the order it runs: data steps, training runs, then evaluations (the base
     model's first). `only` and `seeds` keep some variants and seeds (with the data and the base
-    evaluations they need); a name or seed that matches nothing is a ConfigError."""
+    evaluations they need; `seeds` leaves evaluation-only variants in); a name or seed that
+    matches nothing is a ConfigError."""
     for name in only:
         if name not in experiment.variants:
             raise ConfigError(f"--only: '{name}' is not a variant of {experiment.path} "
@@ -139,7 +145,8 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
     variants = [v for v in experiment.variants.values() if not only or v.name in only]
     runs = [RunPiece(v.name, seed, experiment.run_config(v.name, seed))
             for v in variants for seed in v.seeds if not seeds or seed in seeds]
-    if not runs:
+    evaluated = [v for v in variants if not v.trains]
+    if not runs and (seeds or not evaluated):
         raise ConfigError(f"--seeds: none of {', '.join(map(str, seeds))} is a seed of the chosen variants")
     shared = experiment.shared_config()
     bases: dict[str, EvalPiece] = {}  # set and asked_as -> the base model's evaluation of it, asked that way
@@ -155,6 +162,16 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
                                        eval_path(experiment, name, set_name), None)
             evals.append(EvalPiece(run.name, set_name, eval_set, run.config, run.run_dir,
                                    eval_path(experiment, run.name, set_name), bases[key].out))
+    for variant in evaluated:
+        cfg = experiment.eval_config(variant.name)
+        for set_name in variant.sets:
+            eval_set = experiment.sets[set_name]
+            key = f"{set_name} {asked_as(shared, eval_set)}"
+            if key not in bases:
+                bases[key] = EvalPiece(BASE, set_name, eval_set, shared, None, eval_path(experiment, BASE, set_name),
+                                       None)
+            evals.append(EvalPiece(variant.name, set_name, eval_set, cfg, variant.adapter,
+                                   eval_path(experiment, variant.name, set_name), bases[key].out))
     return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]
 
 

@@ -2,7 +2,8 @@
 history.jsonl and wall_time.json): every run's paired change from the base model on every set
 with its 95% bootstrap CI over puzzles and up/down counts (rl/stats.py), each variant's mean over
 its seeds, the variant-minus-variant rows the file asks for, the puzzles each run newly solved
-and lost, and each run's step curves, sampled tokens, wall time and peak memory.
+and lost, and each run's step curves, sampled tokens, wall time and peak memory. An
+evaluation-only variant gets the paired change and the puzzles rows too (under "evaluated").
 
 Written as OUTPUT_DIR/report.json and report.md (and report.png, figure.py).
 """
@@ -72,12 +73,26 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "change": {}, "puzzles": {}}
 
 
+def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
+           reports: dict[tuple[str, str], dict[str, Any]]) -> bool:
+    """Fill `entry`'s paired change from the base and puzzle rows, per set where both
+    evaluations are there; whether any was."""
+    for piece in pieces:
+        if isinstance(piece, EvalPiece) and piece.model == model and piece.baseline is not None:
+            before = load_report(piece.baseline)
+            after = reports.get((model, piece.set_name))
+            if before is not None and after is not None:
+                entry["change"][piece.set_name] = compare_reports(before, after)["all"]
+                entry["puzzles"][piece.set_name] = puzzle_rows(before, after)
+    return bool(entry["change"])
+
+
 def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     """Every number the report shows, from the files on disk (pieces not done yet are left out)."""
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
-                              "variants": {}, "pairs": {}}
+                              "variants": {}, "pairs": {}, "evaluated": {}}
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
     for piece in (p for p in pieces if isinstance(p, EvalPiece)):
@@ -89,14 +104,13 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
         result["sets"].setdefault(piece.set_name, {"about": piece.eval_set.about, **report["settings"],
                                                    "puzzles": len(report["puzzles"])})
     for name, run in runs.items():
-        entry = result["runs"][name] = run_entry(run)
-        for piece in pieces:
-            if isinstance(piece, EvalPiece) and piece.model == name and piece.baseline is not None:
-                before = load_report(piece.baseline)
-                after = reports.get((name, piece.set_name))
-                if before is not None and after is not None:
-                    entry["change"][piece.set_name] = compare_reports(before, after)["all"]
-                    entry["puzzles"][piece.set_name] = puzzle_rows(before, after)
+        result["runs"][name] = entry = run_entry(run)
+        paired(entry, name, pieces, reports)
+    for variant in (v for v in experiment.variants.values() if not v.trains):
+        entry = {"variant": variant.name, "adapter": str(variant.adapter) if variant.adapter else None,
+                 "overrides": variant.overrides, "change": {}, "puzzles": {}}
+        if paired(entry, variant.name, pieces, reports):
+            result["evaluated"][variant.name] = entry
     for variant in experiment.variants:
         for set_name in experiment.sets:
             by_seed = {r["seed"]: r["change"][set_name] for r in result["runs"].values()
@@ -138,7 +152,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Experiment {result['name']}", "", *([result["about"], ""] if result["about"] else []),
              "## Paired change from the base model (avg@K in %, change in points, 95% bootstrap CI over puzzles)", "",
              "| run | set (puzzles) | K | before | after | change [95% CI] | up / down |", "|---|---|---|---|---|---|---|"]
-    for run, entry in result["runs"].items():
+    for run, entry in {**result["runs"], **result["evaluated"]}.items():
         for s, c in entry["change"].items():
             lines.append(f"| {run} | {s} ({c['puzzles']}) | {sets[s]['samples']} | {points(c['before'])} | "
                          f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
@@ -155,7 +169,7 @@ def markdown(result: dict[str, Any]) -> str:
                              f"{100 * row['mean_change']:+.1f} | {per_seed} |")
     lines += ["", "## Puzzles newly solved and lost (no sample passed before / after)", "",
               "| run | set | newly solved | lost |", "|---|---|---|---|"]
-    for run, entry in result["runs"].items():
+    for run, entry in {**result["runs"], **result["evaluated"]}.items():
         for s, rows in entry["puzzles"].items():
             lines.append(f"| {run} | {s} | {len(rows['newly_solved'])}: {ids_cell(rows['newly_solved'])} | "
                          f"{len(rows['lost'])}: {ids_cell(rows['lost'])} |")

@@ -10,11 +10,14 @@ every error is one line naming the file and the key.
     variants:
       onpolicy: {}
       frozen: {overrides: {sampling.mode: frozen}, seeds: [0], sets: [train, heldout]}
+      narrow: {adapter: outputs/learn-stop/onpolicy-s0}   # evaluation only: adapters made elsewhere
+      full: {adapter: none, overrides: {sampling.stop_after_answer: false}}  # the base model asked otherwise
     sets:                                 # evaluations: the base model's and every run's
       train: {puzzles: outputs/learn-train40.json, samples: 8}
       bundled: {samples: 4}               # no puzzles: the bundled set
     data:                                 # made first, once each; kept when their outputs exist
       - sample: outputs/forged-easy -n 40 --seed 0 --out outputs/train40.json
+      - {script: scripts/transfer_data.py --seed 0, outputs: [outputs/transfer/data.json]}
     pairs:                                # variant-minus-variant rows of the report
       - {variant: onpolicy, minus: frozen}
 
@@ -33,7 +36,7 @@ from typing import Any, Callable
 from ..rl.config import Config, ConfigError, as_assignments, from_dict, load_config, meta, read_yaml_mapping
 
 TOP_KEYS = ("name", "about", "output_dir", "base", "overrides", "seeds", "variants", "sets", "data", "pairs")
-VARIANT_KEYS = ("about", "overrides", "seeds", "sets")
+VARIANT_KEYS = ("about", "overrides", "seeds", "sets", "adapter")
 PAIR_KEYS = ("variant", "minus")
 # The data steps an experiment may run: `mlx-swe-rl puzzles forge|sample|calibrated|mine` and the
 # calibration (`mlx-swe-rl calibrate --write-train-set`, once named rollouts), each with the options
@@ -42,6 +45,10 @@ DATA_COMMANDS: dict[str, tuple[str, ...]] = {"forge": ("out",), "sample": ("out"
                                              "mine": ("out",), "calibrate": ("out", "write_train_set"),
                                              "rollouts": ("out", "write_train_set")}
 TOP_LEVEL = ("calibrate", "rollouts")  # commands of `mlx-swe-rl` itself, not of `mlx-swe-rl puzzles`
+# A committed Python script is a data step too (data a command cannot make, e.g. a set drawn from
+# several calibrations); its options are its own, so the step names what it writes.
+SCRIPT, SCRIPT_KEYS = "script", ("script", "outputs")
+NO_ADAPTER = "none"  # `adapter: none`: an evaluation-only variant of the base model itself
 RESERVED = {"seed": "seeds", "output_dir": "output_dir", "run_name": "VARIANT-sSEED"}  # not overridable
 ReadOptions = Callable[[str, list[str]], dict[str, Any]]  # (command, args) -> its options, by name
 BASE = "base"  # the name of the untrained model's evaluations (eval-base-SET.json)
@@ -67,30 +74,37 @@ class EvalSet:
 
 @dataclass(frozen=True)
 class Variant:
-    """One setting compared: its overrides of the shared config, its seeds and its sets."""
+    """One setting compared: its overrides of the shared config, its seeds and its sets. An
+    evaluation-only variant (`adapter:` in the file) trains nothing: it evaluates adapters made
+    elsewhere (another experiment's run) or, with `adapter: none`, the base model asked as its
+    overrides say (another stop rule, prompt or token limit)."""
 
     name: str
     overrides: dict[str, Any]
     seeds: tuple[int, ...]
     sets: tuple[str, ...]
     about: str = ""
+    trains: bool = True
+    adapter: Path | None = None  # an evaluation-only variant's adapter directory (None: the base model)
 
 
 @dataclass(frozen=True)
 class DataStep:
     """One data command as typed after `mlx-swe-rl [puzzles]`, and the paths it writes."""
 
-    command: str
+    command: str  # a data command, or SCRIPT (args: the script's path, then its arguments)
     args: tuple[str, ...]
     outputs: tuple[Path, ...]
 
     @property
     def argv(self) -> list[str]:
-        """The command line below `mlx-swe-rl`."""
+        """The command line below `mlx-swe-rl` (a script's: below `python`)."""
+        if self.command == SCRIPT:
+            return list(self.args)
         return ([] if self.command in TOP_LEVEL else ["puzzles"]) + [self.command, *self.args]
 
     def line(self) -> str:
-        return "mlx-swe-rl " + shlex.join(self.argv)
+        return ("python " if self.command == SCRIPT else "mlx-swe-rl ") + shlex.join(self.argv)
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,10 @@ class Experiment:
                  "output_dir": str(self.output_dir), "run_name": self.run_name(variant, seed)}
         return self._config(items, f"variants.{variant}.overrides")
 
+    def eval_config(self, variant: str) -> Config:
+        """An evaluation-only variant's config: how its model is asked (shared overrides, then its own)."""
+        return self._config({**self.overrides, **self.variants[variant].overrides}, f"variants.{variant}.overrides")
+
     def _config(self, items: dict[str, Any], key: str) -> Config:
         try:
             return load_config(self.base, as_assignments(items))
@@ -168,6 +186,8 @@ def load_experiment(path: Path, read_options: ReadOptions) -> Experiment:
                 raise ConfigError(f"{path}: {key}: {reserved}: set by the experiment ({by})")
     experiment.shared_config()
     for variant in variants.values():  # every run's config checked before any runs
+        if not variant.trains:
+            experiment.eval_config(variant.name)
         for seed in variant.seeds:
             experiment.run_config(variant.name, seed)
     return experiment
@@ -241,9 +261,20 @@ def _variant(name: str, body: Any, seeds: tuple[int, ...], sets: dict[str, EvalS
     for s in chosen:
         if s not in sets:
             raise ConfigError(f"{path}: {key}.sets: '{s}' is not a set of this file (sets: {', '.join(sets)})")
-    return Variant(name, _mapping(body.get("overrides"), f"{key}.overrides", path),
-                   _seeds(body["seeds"], f"{key}.seeds", path) if "seeds" in body else seeds, tuple(chosen),
-                   _string(body.get("about", ""), f"{key}.about", path))
+    overrides = _mapping(body.get("overrides"), f"{key}.overrides", path)
+    about = _string(body.get("about", ""), f"{key}.about", path)
+    if "adapter" in body:  # evaluation only: one evaluation per set, no seeds
+        if name == BASE:  # its files would be the base model's own
+            raise ConfigError(f"{path}: {key}: '{BASE}' names the base model's evaluations; choose another name")
+        if "seeds" in body:
+            raise ConfigError(f"{path}: {key}.seeds: an evaluation-only variant (adapter) trains no seeds")
+        adapter = body["adapter"]
+        if adapter is not None and not isinstance(adapter, str):
+            raise ConfigError(f"{path}: {key}.adapter: expected an adapter directory or none, got {adapter!r}")
+        return Variant(name, overrides, (), tuple(chosen), about, trains=False,
+                       adapter=None if adapter in (None, NO_ADAPTER) else Path(adapter))
+    return Variant(name, overrides, _seeds(body["seeds"], f"{key}.seeds", path) if "seeds" in body else seeds,
+                   tuple(chosen), about)
 
 
 def _data_steps(value: Any, path: Path, read_options: ReadOptions) -> tuple[DataStep, ...]:
@@ -256,27 +287,49 @@ def _data_steps(value: Any, path: Path, read_options: ReadOptions) -> tuple[Data
 
 def _data_step(index: int, step: Any, path: Path, read_options: ReadOptions) -> DataStep:
     key = f"data[{index}]"
+    if isinstance(step, dict) and SCRIPT in step:
+        return _script_step(key, step, path)
     if not isinstance(step, dict) or len(step) != 1:
         raise ConfigError(f"{path}: {key}: expected one command and its arguments, e.g. {{forge: --out DIR}}")
     command, args = next(iter(step.items()))
     if command not in DATA_COMMANDS:
-        close = difflib.get_close_matches(str(command), DATA_COMMANDS, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(DATA_COMMANDS)}"
+        kinds = (*DATA_COMMANDS, SCRIPT)
+        close = difflib.get_close_matches(str(command), kinds, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(kinds)}"
         raise ConfigError(f"{path}: {key}.{command}: unknown data command ({hint})")
-    if isinstance(args, str):
-        try:
-            args = shlex.split(args)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: {key}.{command}: cannot split the arguments ({exc})") from None
-    if not isinstance(args, list):
-        raise ConfigError(f"{path}: {key}.{command}: expected the arguments as a string or a list, got {args!r}")
-    args = [str(a) for a in args]
+    args = _split_args(args, f"{key}.{command}", path)
     try:
         params = read_options(command, args)
     except ValueError as exc:
         raise ConfigError(f"{path}: {key}.{command}: {exc}") from None
     outputs = tuple(Path(params[o]) for o in DATA_COMMANDS[command] if params.get(o) is not None)
     return DataStep(command, tuple(args), outputs)
+
+
+def _split_args(value: Any, key: str, path: Path) -> list[str]:
+    """Arguments as a string (split as a shell would) or a list."""
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {key}: cannot split the arguments ({exc})") from None
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: {key}: expected the arguments as a string or a list, got {value!r}")
+    return [str(a) for a in value]
+
+
+def _script_step(key: str, step: dict, path: Path) -> DataStep:
+    """`{script: scripts/X.py ARGS, outputs: [PATH, ...]}`: a committed Python script, run with
+    this Python; its options are its own, so the file names what it writes (kept when all exist)."""
+    _check_keys(step, SCRIPT_KEYS, f"{key}.", path)
+    argv = _split_args(step[SCRIPT], f"{key}.script", path)
+    if not argv or not argv[0].endswith(".py") or not Path(argv[0]).is_file():
+        raise ConfigError(f"{path}: {key}.script: expected a Python script of this repository and its arguments, "
+                          f"got {step[SCRIPT]!r}")
+    outputs = step.get("outputs")
+    if not isinstance(outputs, list) or not outputs or not all(isinstance(o, str) for o in outputs):
+        raise ConfigError(f"{path}: {key}.outputs: expected the list of paths the script writes, got {outputs!r}")
+    return DataStep(SCRIPT, tuple(argv), tuple(Path(o) for o in outputs))
 
 
 def _pairs(value: Any, variants: dict[str, Variant], path: Path) -> tuple[Pair, ...]:
@@ -290,10 +343,11 @@ def _pairs(value: Any, variants: dict[str, Variant], path: Path) -> tuple[Pair, 
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: {key}: expected {{variant: A, minus: B}}, got {body!r}")
         _check_keys(body, PAIR_KEYS, f"{key}.", path)
+        trained = [v for v in variants.values() if v.trains]
         for field_name in PAIR_KEYS:
-            if body.get(field_name) not in variants:
-                raise ConfigError(f"{path}: {key}.{field_name}: {body.get(field_name)!r} is not a variant "
-                                  f"({', '.join(variants)})")
+            if body.get(field_name) not in variants or not variants[body[field_name]].trains:
+                raise ConfigError(f"{path}: {key}.{field_name}: {body.get(field_name)!r} is not a variant that trains "
+                                  f"({', '.join(v.name for v in trained)})")
         if body["variant"] == body["minus"]:
             raise ConfigError(f"{path}: {key}: a variant minus itself is no comparison")
         pairs.append(Pair(body["variant"], body["minus"]))
