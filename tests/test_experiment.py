@@ -197,6 +197,40 @@ def test_evaluation_only_variants_and_script_steps(tmp_path):
     assert "| full | train (4) | 4 | 37.5 | 43.8 | +6.2" in markdown(result)
 
 
+@pytest.mark.parametrize("name, renamed", [("learn-stop", {}), ("transfer", {}),
+                                           ("qwen05", {"grpo-s0": "s0", "grpo-s1": "s1"})])
+def test_committed_experiments_are_their_results_settings(name, renamed, monkeypatch):
+    """Each committed experiment file has its committed result's runs (their names and steps),
+    sets, K, temperature and token limit, asked with the pinned prompt."""
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / f"configs/experiments/{name}.yaml", cli)
+    committed = json.loads((REPO / f"docs/results/{name}.json").read_text())
+    pieces = plan_pieces(experiment)
+    steps = {renamed.get(p.name, p.name): p.config.train.steps for p in pieces if isinstance(p, RunPiece)}
+    steps.update({v.name: 0 for v in experiment.variants.values() if not v.trains})
+    assert steps == {run: entry["steps"] for run, entry in committed["runs"].items()}
+    asked = {p.set_name: {"samples": p.eval_set.samples, "temperature": p.plan().temperature,
+                          "max_tokens": p.plan().max_tokens} for p in pieces if isinstance(p, EvalPiece)}
+    assert asked == {s: {k: row[k] for k in ("samples", "temperature", "max_tokens")}
+                     for s, row in committed["sets"].items()}
+    assert {(p.config.prompt.template, p.config.prompt.system) for p in pieces if isinstance(p, EvalPiece)} \
+        == {("block", "expert")}
+
+
+def test_no_wasted_groups_runs_are_the_committed_settings(monkeypatch):
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/no-wasted-groups.yaml", cli)
+    committed = json.loads((REPO / "docs/results/no-wasted-groups.json").read_text())["runs"]
+    runs = [p for p in plan_pieces(experiment) if isinstance(p, RunPiece)]
+    assert {r.name for r in runs} == {"learnable-s0", "dynamic-s0", "dynamic-s1"}
+    for run in runs:
+        cfg, want = run.config, committed[run.name]["settings"]
+        assert (cfg.seed, cfg.train.steps, cfg.train.puzzles_per_step, cfg.sampling.group_size, cfg.train.order,
+                cfg.train.dynamic_sampling.enabled) == (want["seed"], want["steps"], want["puzzles_per_step"],
+                                                        want["group_size"], want["order"],
+                                                        want["dynamic_sampling"]["enabled"])
+
+
 def finish(run: RunPiece, step: int) -> None:
     """Leave what the trainer leaves after `step` (its config, a checkpoint)."""
     (run.run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)

@@ -91,6 +91,7 @@ class EvalPiece:
     adapter: Path | None
     out: Path
     baseline: Path | None  # the base model's evaluation of the same set, asked the same way
+    elsewhere: bool = False  # its adapters are made outside this experiment (an evaluation-only variant's)
 
     @property
     def name(self) -> str:
@@ -102,7 +103,7 @@ class EvalPiece:
     def state(self) -> str:
         if self.done():
             return "kept"
-        waits = self.adapter is not None and not self.adapter.is_dir()  # a run not trained yet, or made elsewhere
+        waits = self.elsewhere and self.adapter is not None and not self.adapter.is_dir()
         return f"to evaluate (K = {self.eval_set.samples})" + (f"; needs {self.adapter}, not there yet" if waits else "")
 
     def puzzles(self) -> list:
@@ -171,7 +172,7 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
                 bases[key] = EvalPiece(BASE, set_name, eval_set, shared, None, eval_path(experiment, BASE, set_name),
                                        None)
             evals.append(EvalPiece(variant.name, set_name, eval_set, cfg, variant.adapter,
-                                   eval_path(experiment, variant.name, set_name), bases[key].out))
+                                   eval_path(experiment, variant.name, set_name), bases[key].out, elsewhere=True))
     return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]
 
 
