@@ -213,6 +213,78 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
                f"({summary['timing']['commits_per_second']} commits/s)")
 
 
+@puzzles.command("harvest")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the harvested seeds.")
+@click.option("--max-functions", type=click.IntRange(min=1), default=None,
+              help="Per source, a seeded sample of this many candidates (default: all).")
+@click.option("--probe-mutants", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Forge mutants tried per seed; a seed is kept when one fails its tests.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the inputs, the sample and the forge.")
+@click.option("--timeout", type=click.FloatRange(0.05, 60.0), default=1.0, show_default=True,
+              help="Seconds: every seed's timeout (and the forge's validation budget).")
+@click.option("--fingerprints", type=click.Path(path_type=Path), default=None,
+              help="Benchmark fingerprints to decontaminate against [default: the committed HumanEval + MBPP list].")
+@click.option("--forge", "forge_out", type=click.Path(path_type=Path), default=None,
+              help="Also forge the seeds into this directory and count mutants kept per source.")
+@click.option("--per-seed", type=click.IntRange(min=1), default=4, show_default=True,
+              help="With --forge: puzzles kept per seed function (at most).")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
+              help="With --forge: share of seed functions held out.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier harvest in --out (and forged set in --forge).")
+@sandbox_options
+def harvest_command(sources: tuple[str, ...], out: Path, max_functions: int | None, probe_mutants: int, seed: int,
+                    timeout: float, fingerprints: Path | None, forge_out: Path | None, per_seed: int,
+                    heldout_frac: float, overwrite: bool, sandbox: dict) -> None:
+    """Harvest seed functions from SOURCES (source trees, installed distributions, or `stdlib`)
+    under permissive licences: self-contained public functions of 5-40 lines, tested by their
+    doctests or by outputs recorded in the sandbox, kept when a forge mutant fails the tests,
+    none of them a HumanEval/MBPP function. Prints the funnel per source (docs/harvest.md)."""
+    from tqdm.auto import tqdm
+
+    from ..forge.decontam import FINGERPRINTS, load_benchmarks
+    from ..forge.forge import ForgeSettings, format_summary, forge, write_forged
+    from ..forge.harvest import HarvestSettings, add_forged, format_funnel, harvest, write_harvest
+    from ..forge.sources import SourceError, resolve_source
+
+    for target, option in ((out, "--out"), (forge_out, "--forge")):
+        if target is not None and target.exists() and any(target.iterdir()) and not overwrite:
+            fail(f"{option}: {target} is not empty; pass --overwrite to replace it")
+    try:
+        benchmarks = load_benchmarks(fingerprints or FINGERPRINTS)
+        resolved = [resolve_source(spec) for spec in sources]
+    except (SourceError, ValueError) as exc:
+        fail(str(exc))
+    names = [s.name for s in resolved]
+    if len(set(names)) < len(names):
+        fail(f"SOURCES: two sources are both named '{next(n for n in names if names.count(n) > 1)}'")
+    for s in resolved:
+        click.echo(f"{s.name}: {len(s.files)} files, licence {s.licence}"
+                   + ("" if s.permissive else " (not permissive: skipped)"), err=True)
+    settings = HarvestSettings(seed, max_functions, probe_mutants=probe_mutants, timeout=timeout)
+    with open_scorer(**sandbox) as scorer:
+        result = harvest(resolved, scorer, benchmarks, settings,
+                         bar=lambda desc, total: tqdm(desc=desc, total=total, unit="item"))
+        forged = None
+        if forge_out is not None and result.seeds:
+            with tqdm(desc="forge", unit="mutant") as bar:
+                forged = forge(result.seeds, scorer, ForgeSettings(per_seed, heldout_frac=heldout_frac, seed=seed,
+                                                                   timeout=timeout), progress=bar.update)
+            add_forged(result, forged.puzzles)
+    try:
+        write_harvest(result, out, overwrite)
+        if forged is not None:
+            write_forged(forged, forge_out, overwrite)
+    except (FileExistsError, OSError) as exc:
+        fail(str(exc))
+    if forged is not None:
+        click.echo(format_summary(forged))
+    click.echo(format_funnel(result))
+    click.echo(f"wrote {len(result.seeds)} seeds to {out}" + (f", {len(forged.puzzles)} puzzles to {forge_out}"
+                                                              if forged is not None else "")
+               + f" in {result.seconds:.0f}s of harvest")
+
+
 @puzzles.command("check")
 @PUZZLE_DIR
 @click.option("--public-tests", type=click.FloatRange(min=0.0), default=1.0, show_default=True,

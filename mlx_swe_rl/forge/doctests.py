@@ -109,11 +109,11 @@ def needed_imports(code: str, imports: dict[str, str]) -> list[str] | None:
     return sorted({imports[name] for name in free})
 
 
-def _is_plain(value: object) -> bool:
+def is_plain(value: object) -> bool:
     if isinstance(value, (list, tuple, set, frozenset)):
-        return all(_is_plain(v) for v in value)
+        return all(is_plain(v) for v in value)
     if isinstance(value, dict):
-        return all(_is_plain(k) and _is_plain(v) for k, v in value.items())
+        return all(is_plain(k) and is_plain(v) for k, v in value.items())
     return type(value) in PLAIN
 
 
@@ -125,7 +125,7 @@ def _literal(want: str) -> str | None:
         value = ast.literal_eval(tree)
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return None
-    return ast.unparse(tree.body) if _is_plain(value) else None
+    return ast.unparse(tree.body) if is_plain(value) else None
 
 
 def _exception_name(exc_msg: str) -> str | None:
@@ -199,6 +199,14 @@ def doctest_tests(docstring: str, entry_point: str, known: set[str]) -> list[str
             setup.append(ast.unparse(ast.parse(source)))  # without doctest directives
         names |= _bindings(source)
     return tests
+
+
+def with_test_imports(tests: list[str], imports: dict[str, str], carried: list[str]) -> list[str]:
+    """`tests` with the import lines they use and the code does not carry (`carried`) put
+    before the first: tests share one namespace, so the later ones have them too."""
+    used = set().union(*(free_names(ast.parse(t)) or set() for t in tests))
+    extra = sorted({imports[n] for n in used if n in imports} - set(carried))
+    return ["\n".join(extra + [tests[0]])] + tests[1:] if tests else []
 
 
 def _bindings(source: str) -> set[str]:

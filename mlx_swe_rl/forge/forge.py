@@ -132,7 +132,7 @@ def _seed_puzzle(seed: Seed, settings: ForgeSettings, code: str = "") -> Puzzle:
     """The puzzle the scorer sees while validating: the seed's id, oracle and tests (so its
     expected values are computed once), the mutant as buggy code."""
     return Puzzle(seed.id, seed.topic, "train", seed.entry_point, seed.description, code or seed.code, seed.code,
-                  seed.tests, settings.timeout)
+                  seed.tests, settings.timeout, source=seed.source)
 
 
 def forge(seeds: list[Seed], scorer: Scorer, settings: ForgeSettings = ForgeSettings(),

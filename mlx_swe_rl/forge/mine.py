@@ -33,7 +33,6 @@ every task of a function (path and qualified name) that has tasks on both sides 
 
 from __future__ import annotations
 
-import ast
 import re
 import time
 from collections import Counter, OrderedDict
@@ -46,7 +45,7 @@ from ..sandbox.pool import Limits
 from ..sandbox.scorer import Scorer
 from . import history
 from .checks import check_puzzles, keep_split_sound
-from .doctests import docstring_of, doctest_tests, free_names, module_imports, needed_imports
+from .doctests import docstring_of, doctest_tests, module_imports, needed_imports, with_test_imports
 from .licence import is_licence_file, licence_id
 from .puzzleset import write_puzzle_set
 from .repotests import REASONS as REPO_REASONS, RepoTestFunnel, find_repo_tests
@@ -303,10 +302,7 @@ def test_candidates(change: Change) -> list[tuple[str, tuple[str, ...]]]:
     for code in (change.oracle, change.buggy):
         tests = doctest_tests(docstring_of(code) or "", change.name, set(imports))
         if tests:
-            used = set().union(*(free_names(ast.parse(t)) or set() for t in tests))
-            extra = sorted({imports[n] for n in used if n in imports} - set(carried))
-            tests[0] = "\n".join(extra + [tests[0]])
-            candidate = ("\n".join(carried), tuple(tests))
+            candidate = ("\n".join(carried), tuple(with_test_imports(tests, imports, carried)))
             if candidate not in out:
                 out.append(candidate)
     return out

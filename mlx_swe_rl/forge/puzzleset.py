@@ -1,6 +1,6 @@
 """Writing a made puzzle set: one YAML file per puzzle plus a summary JSON, all at once.
 
-The forge and the miner both write through here, so their files read alike and a set is
+The forge, the miner and the harvest write through here, so their files read alike and a set is
 never left half-written."""
 
 from __future__ import annotations
@@ -33,13 +33,26 @@ def puzzle_yaml(p: Puzzle) -> str:
             "mutation": p.mutation, "description": p.description, "buggy": p.buggy, "oracle": p.oracle,
             "tests": list(p.tests), "hidden_tests": list(p.hidden_tests) or None, "timeout": p.timeout,
             "source": p.source}
+    return block_yaml(data)
+
+
+def block_yaml(data: dict[str, Any]) -> str:
+    """A mapping as YAML in its key order, multi-line strings as `|` blocks; None values left out."""
     data = {k: v for k, v in data.items() if v is not None}
     return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
 def write_puzzle_set(puzzles: list[Puzzle], out: Path, summary_file: str, summary: dict[str, Any],
                      overwrite: bool = False, kind: str = "puzzle set") -> None:
-    """Write `<out>/<tier>/<id>.yaml` for each puzzle and `<out>/<summary_file>`, all at once:
+    """Write `<out>/<tier>/<id>.yaml` for each puzzle and `<out>/<summary_file>`, all at once
+    (`write_file_set`)."""
+    files = {f"{p.tier}/{p.id}.yaml": puzzle_yaml(p) for p in puzzles}
+    write_file_set(files, out, summary_file, summary, overwrite, kind)
+
+
+def write_file_set(files: dict[str, str], out: Path, summary_file: str, summary: dict[str, Any],
+                   overwrite: bool = False, kind: str = "puzzle set") -> None:
+    """Write `files` ({path relative to out: text}) and `<out>/<summary_file>`, all at once:
     the set is built beside `out` and renamed into place. An existing non-empty `out` is
     replaced only with `overwrite`, and only if it holds `summary_file` (a set of this kind)."""
     out = Path(out)
@@ -52,10 +65,10 @@ def write_puzzle_set(puzzles: list[Puzzle], out: Path, summary_file: str, summar
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     os.chmod(staging, default_mode(directory=True))
     try:
-        for p in puzzles:
-            folder = staging / p.tier
-            folder.mkdir(exist_ok=True)
-            (folder / f"{p.id}.yaml").write_text(puzzle_yaml(p), encoding="utf-8")
+        for relative, text in files.items():
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
         (staging / summary_file).write_text(json.dumps(summary, indent=1) + "\n")
         if out.exists():
             shutil.rmtree(out)

@@ -11,6 +11,7 @@ A seed file is a puzzle without a bug, one YAML file per function, `<dir>/<topic
     tests:
       - assert running_max([]) == []
     timeout: 1.0        # optional
+    source: {...}       # optional: provenance (harvested seeds: repository file, licence)
 
 The tests follow the puzzle format (`puzzles.testplan`). A puzzle file also serves as a seed:
 its oracle is the correct code, and a held-out puzzle's function stays held out.
@@ -21,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..puzzles.format import (PuzzleError, check_code, check_fields, check_id, check_strings, check_tests,
-                              check_timeout, parse_puzzle, puzzle_files, read_yaml)
+from ..puzzles.format import (PuzzleError, check_code, check_fields, check_id, check_source, check_strings,
+                              check_tests, check_timeout, parse_puzzle, puzzle_files, read_yaml)
 
-SEED_FIELDS = ("id", "entry_point", "description", "code", "tests", "timeout")
+SEED_FIELDS = ("id", "entry_point", "description", "code", "tests", "timeout", "source")
+REQUIRED_FIELDS = SEED_FIELDS[:5]
 PUZZLE_KEYS = {"buggy", "oracle"}  # a file with these is a puzzle used as a seed
 BUNDLED_SEEDS = Path(__file__).resolve().parents[2] / "seeds"
 
@@ -40,6 +42,7 @@ class Seed:
     timeout: float | None = None
     heldout: bool = False  # from a held-out puzzle: its mutants must be held out too
     path: Path | None = None
+    source: dict[str, str | int] | None = None  # provenance the forged puzzles carry (licence, file)
 
 
 def parse_seed(data: object, path: Path) -> Seed:
@@ -47,13 +50,13 @@ def parse_seed(data: object, path: Path) -> Seed:
     if isinstance(data, dict) and PUZZLE_KEYS <= set(data):
         p = parse_puzzle(data, path)
         return Seed(p.id, p.tier, p.entry_point, p.description, p.oracle, p.tests, p.timeout,
-                    p.split == "heldout", path)
-    data = check_fields(data, path, SEED_FIELDS, SEED_FIELDS[:-1])
+                    p.split == "heldout", path, p.source)
+    data = check_fields(data, path, SEED_FIELDS, REQUIRED_FIELDS)
     check_strings(data, path, ("id", "entry_point", "description", "code"))
     check_id(data, path)
     check_code(data, path, "code")
     return Seed(data["id"], path.parent.name, data["entry_point"], data["description"].strip(), data["code"],
-                check_tests(data, path), check_timeout(data, path), False, path)
+                check_tests(data, path), check_timeout(data, path), False, path, check_source(data, path))
 
 
 def load_seeds(roots: list[Path]) -> list[Seed]:

@@ -1,0 +1,132 @@
+"""Finding seed candidates in someone else's code: public module-level functions that run on
+their own.
+
+A function is a candidate when it is:
+
+- public and module-level: a `def` at the top of a module (not in a class, an `if` or a
+  `try`), its name not starting with '_', not async, without decorators (a decorator may
+  change what the name is bound to);
+- 5 to 40 lines long (from `def` to its last line, docstring included);
+- self-contained: every name it reads is a builtin, one it binds itself, or a name the
+  module imports from a module the sandbox lets forged code import (`doctests.needed_imports`:
+  those imports travel with the code); no `global`/`nonlocal`, no import of another module;
+- free of builtins that read the world or the process (`open`, `input`, `print`, `eval`,
+  `id`, `hash`...): their results say nothing a test could pin down.
+
+Each candidate carries the literals of its body and its module (small ints, floats and short
+strings), from which `recorded` chooses inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .doctests import module_imports, needed_imports
+from .sources import slug
+
+MIN_LINES, MAX_LINES = 5, 40
+UNFIT_BUILTINS = frozenset(("open", "input", "print", "exec", "eval", "compile", "__import__", "globals", "locals",
+                            "vars", "id", "hash", "breakpoint", "help", "exit", "quit", "memoryview", "super"))
+MAX_LITERALS = 12  # of each kind, per candidate
+STAGES = ("functions", "sized", "self_contained")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str  # the source's name
+    path: str  # the file, relative to the source's root
+    module: str  # dotted module name ("email.utils")
+    name: str
+    line: int  # where the def starts in the file
+    code: str  # the imports it needs, then the function
+    carried: tuple[str, ...]  # those import lines (and the module's `from __future__` lines)
+    imports: dict[str, str]  # every allowed import of its module: {bound name: import line}
+    literals: tuple = ()  # ints, floats and strings from its body first, then its module
+
+    @property
+    def seed_id(self) -> str:
+        return f"{self.source}__{slug(self.module)}__{slug(self.name)}"
+
+
+@dataclass
+class FileScan:
+    """What one file gave: its candidates, and how many functions passed each stage."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+
+
+def module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or relative.stem
+
+
+def _literals(tree: ast.AST) -> list:
+    """Small literals in source order, without repeats: ints (|n| <= 1000), finite floats and
+    printable strings of 1 to 20 characters (never docstrings: they hold prose)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found: list = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in docstrings:
+            continue
+        value = node.value
+        fits = ((type(value) is int and abs(value) <= 1000) or (type(value) is float and abs(value) < 1e6)
+                or (type(value) is str and 0 < len(value) <= 20 and value.isprintable()))
+        if fits and not any(type(v) is type(value) and v == value for v in found):
+            found.append(value)
+    return found
+
+
+def _choose(values: list) -> tuple:
+    """At most MAX_LITERALS of each type, in order."""
+    kept: list = []
+    for kind in (int, float, str):
+        kept += [v for v in values if type(v) is kind][:MAX_LITERALS]
+    return tuple(kept)
+
+
+def uses_unfit_builtin(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in UNFIT_BUILTINS for n in ast.walk(node))
+
+
+def scan_file(path: Path, root: Path, source: str) -> FileScan:
+    """The candidates of one file (none when it is not UTF-8 Python that parses)."""
+    scan = FileScan()
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
+        return scan
+    relative = path.relative_to(root)
+    future, imports = module_imports(tree)
+    lines = text.splitlines()
+    module_literals: list | None = None
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        scan.counts["functions"] += 1
+        span = (node.end_lineno or node.lineno) - node.lineno + 1
+        if node.decorator_list or not MIN_LINES <= span <= MAX_LINES:
+            continue
+        scan.counts["sized"] += 1
+        function = "\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n"
+        needed = needed_imports(function, imports)
+        if needed is None or uses_unfit_builtin(node):
+            continue
+        scan.counts["self_contained"] += 1
+        if module_literals is None:
+            module_literals = _literals(tree)
+        prefix = "\n".join(future + needed)
+        code = f"{prefix}\n\n\n{function}" if prefix else function
+        own = _literals(node)
+        scan.candidates.append(Candidate(source, str(relative), module_name(relative), node.name, node.lineno, code,
+                                         tuple(future + needed), imports,
+                                         _choose(own + [v for v in module_literals if v not in own])))
+    return scan

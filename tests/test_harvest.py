@@ -1,0 +1,275 @@
+"""The harvest (issue 53): seeds from a small source tree made here, tested by doctests or by
+recorded outputs, a seed whose tests cannot tell a mutant apart dropped, a function that is not
+self-contained skipped; decontamination against benchmark fingerprints; the licence filter;
+the command writing seeds the forge reads."""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.forge.candidates import scan_file
+from mlx_swe_rl.forge.decontam import Benchmarks, fingerprints, load_benchmarks
+from mlx_swe_rl.forge.forge import ForgeSettings, forge
+from mlx_swe_rl.forge.harvest import HarvestSettings, harvest, write_harvest
+from mlx_swe_rl.forge.recorded import Parameter, argument_lists, literal_of, required_parameters
+from mlx_swe_rl.forge.seeds import load_seeds
+from mlx_swe_rl.forge.sources import Source, is_permissive, resolve_source, tree_source
+
+MIT = "MIT License\n\nPermission is hereby granted, free of charge, to any person obtaining a copy\n"
+GPL = "GNU GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n"
+
+MODULE = '''
+import math
+import os
+
+
+def shout(word):
+    """Upper-case a word and add an exclamation mark.
+
+    >>> shout('hi')
+    'HI!'
+    >>> shout('')
+    '!'
+    """
+    return word.upper() + "!"
+
+
+def clamp(x, low, high):
+    # no doctests: recorded outputs test this one
+    if x < low:
+        return low
+    if x > high:
+        return high
+    return x
+
+
+def double(x):
+    """Twice x. The examples never call it: no mutant can fail them.
+
+    >>> 2 * 3
+    6
+    >>> 2 * 0
+    0
+    """
+    result = x * 2
+    return result
+
+
+def parent_name(path):
+    # reads `os`, which forged code may not import: not self-contained
+    head = os.path.dirname(path)
+    name = os.path.basename(head)
+    return name
+
+
+def hypotenuse(a, b):
+    # calls a helper of its module: not self-contained
+    squares = a * a + b * b
+    root = math.sqrt(squares)
+    return _round(root)
+
+
+def _round(x):
+    return round(x, 3)
+'''
+
+
+def make_tree(root: Path, licence: str = MIT) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "LICENSE").write_text(licence)
+    (root / "pkg" / "shapes.py").write_text(MODULE)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_shapes.py").write_text("def test_nothing():\n    assert True\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return make_tree(tmp_path_factory.mktemp("harvest") / "widgets")
+
+
+@pytest.fixture(scope="module")
+def harvested(tree, scorer):
+    return harvest([tree_source(tree)], scorer, Benchmarks(), HarvestSettings(seed=3))
+
+
+def by_name(result):
+    return {s.entry_point: s for s in result.seeds}
+
+
+def test_the_tree_is_a_permissive_source_without_its_tests(tree):
+    source = tree_source(tree)
+    assert source.name == "widgets" and source.licence == "MIT" and source.permissive
+    assert [p.name for p in source.files] == ["shapes.py"]
+
+
+def test_self_contained_candidates(tree):
+    scan = scan_file(tree / "pkg" / "shapes.py", tree, "widgets")
+    names = [c.name for c in scan.candidates]
+    assert names == ["shout", "clamp", "double"]  # parent_name reads os, hypotenuse calls _round
+    assert dict(scan.counts) == {"functions": 5, "sized": 5, "self_contained": 3}
+    assert scan.candidates[0].seed_id == "widgets__pkg_shapes__shout" and scan.candidates[0].module == "pkg.shapes"
+
+
+def test_doctest_seed(harvested):
+    shout = by_name(harvested)["shout"]
+    assert shout.tests == ("assert shout('hi') == 'HI!'", "assert shout('') == '!'")
+    assert shout.source == {"harvest": shout.source["harvest"], "path": "pkg/shapes.py", "line": 6,
+                            "module": "pkg.shapes", "licence": "MIT", "tests": "doctests"}
+    assert shout.description == "Upper-case a word and add an exclamation mark."
+
+
+def test_recorded_seed(harvested):
+    clamp = by_name(harvested)["clamp"]
+    assert clamp.source["tests"] == "recorded" and 3 <= len(clamp.tests) <= 8
+    namespace: dict = {}
+    exec(clamp.code, namespace)
+    for test in clamp.tests:  # every recorded value is what the original returns
+        exec(test, namespace)
+    assert len({t.split(" == ")[1] for t in clamp.tests}) >= 2
+
+
+def test_a_seed_whose_tests_miss_every_mutant_is_dropped(harvested):
+    assert "double" not in by_name(harvested)
+    assert harvested.problems["no mutant fails its tests"] == 1
+
+
+def test_funnel(harvested):
+    funnel = harvested.summary()["sources"]["widgets"]["funnel"]
+    assert funnel == {"files": 1, "functions": 5, "sized": 5, "self_contained": 3, "not_benchmark": 3, "unique": 3,
+                      "tried": 3, "doctests": 2, "recorded": 1, "tested": 3, "kept": 2}
+
+
+def test_same_harvest_same_seeds(tree, scorer, harvested):
+    again = harvest([tree_source(tree)], scorer, Benchmarks(), HarvestSettings(seed=3))
+    assert again.seeds == harvested.seeds
+
+
+def test_the_forge_reads_the_seeds_and_holds_out_whole_functions(harvested, scorer, tmp_path):
+    write_harvest(harvested, tmp_path / "seeds")
+    seeds = load_seeds([tmp_path / "seeds"])
+    assert [s.id for s in seeds] == [s.id for s in harvested.seeds] and seeds[0].source == harvested.seeds[0].source
+    result = forge(seeds, scorer, ForgeSettings(per_seed=2, heldout_frac=0.5, seed=1))
+    assert result.puzzles and all(p.tier == "widgets" and p.source["licence"] == "MIT" for p in result.puzzles)
+    splits = {}
+    for p in result.puzzles:
+        splits.setdefault(p.entry_point, set()).add(p.split)
+    assert all(len(s) == 1 for s in splits.values())  # every mutant of a function on one side
+
+
+def test_inputs_are_seeded_and_typed():
+    params = required_parameters("def f(n: int, text, *, flag=True, scale=2):\n    return n\n", "f")
+    assert params == [Parameter("n", "int"), Parameter("text", "str")]
+    first = argument_lists(params, ("utf-8", 64), random.Random("0:f"))
+    assert first == argument_lists(params, ("utf-8", 64), random.Random("0:f"))
+    assert first[0] == "64, ''" and any("'utf-8'" in args for args in first)  # the literals lead the pools
+    assert required_parameters("def f(*, key):\n    return key\n", "f") is None
+    assert required_parameters("def f(x=1):\n    return x\n", "f") is None
+
+
+def test_only_plain_values_that_read_back_are_recorded():
+    assert literal_of([1, (2.5, "a"), {"k": None}]) == "[1, (2.5, 'a'), {'k': None}]"
+    assert literal_of(float("nan")) is None and literal_of(object()) is None and literal_of("x" * 500) is None
+
+
+# ----------------------------------------------------------------------------- decontamination
+BENCHMARK = '''
+def below_zero(operations):
+    """A benchmark's solution."""
+    balance = 0
+    for op in operations:
+        balance += op
+        if balance < 0:
+            return True
+    return False
+'''
+
+
+def test_a_renamed_copy_of_a_benchmark_function_is_caught():
+    benchmarks = Benchmarks()
+    benchmarks.add(fingerprints(BENCHMARK))
+    renamed = BENCHMARK.replace("below_zero", "goes_negative").replace("balance", "total").replace("op", "x")
+    renamed = renamed.replace('"""A benchmark\'s solution."""', "# reformatted, no docstring")
+    assert "normalised body" in benchmarks.match(renamed)
+    same_name = BENCHMARK.replace("balance < 0", "balance <= 0")  # one token changed, same name and size
+    assert "name and size" in benchmarks.match(same_name)
+    assert benchmarks.match(BENCHMARK.replace("below_zero", "other").replace("< 0", "< -1 + 0")) is None
+
+
+def test_benchmark_functions_are_dropped_from_the_harvest(tree, scorer):
+    benchmarks = Benchmarks()
+    benchmarks.add(fingerprints(textwrap.dedent('''
+        def yell(w):
+            return w.upper() + "!"
+    ''')))
+    result = harvest([tree_source(tree)], scorer, benchmarks, HarvestSettings(seed=3))
+    assert "shout" not in by_name(result) and result.problems["a benchmark's function"] == 1
+    assert result.funnel["widgets"]["not_benchmark"] == 2
+
+
+def test_the_committed_fingerprints_hold_humaneval_and_mbpp():
+    benchmarks = load_benchmarks()
+    assert {name.split(":")[0] for name in benchmarks.about["benchmarks"]} == {"humaneval", "mbpp"}
+    assert len(benchmarks.bodies) > 500
+    data = benchmarks.to_json()  # names and hashes only, no benchmark code
+    assert all(len(h) == 16 and int(h, 16) >= 0 for h in data["bodies"])
+    assert all(name.isidentifier() and size.isdigit() for name, size in (n.split(":") for n in data["names"]))
+
+
+def test_a_missing_fingerprint_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(ValueError, match="nothing.json: cannot read"):
+        load_benchmarks(tmp_path / "nothing.json")
+
+
+# ----------------------------------------------------------------------------- licences
+@pytest.mark.parametrize("expression, ok", [
+    ("MIT", True), ("BSD-3-Clause", True), ("Apache-2.0", True), ("PSF-2.0", True), ("ISC", True),
+    ("MIT OR GPL-2.0", True), ("(Apache-2.0 OR MIT) AND BSD-3-Clause", True), ("MIT AND GPL-3.0", False),
+    ("GPL-3.0", False), ("MPL-2.0", False), ("unknown", False)])
+def test_permissive_licences(expression, ok):
+    assert is_permissive(expression) is ok
+
+
+def test_a_copyleft_source_is_not_harvested(tmp_path, scorer):
+    gpl = tree_source(make_tree(tmp_path / "copyleft", GPL))
+    assert gpl.licence == "GPL-3.0" and not gpl.permissive
+    result = harvest([gpl], scorer, Benchmarks(), HarvestSettings())
+    assert result.seeds == [] and result.funnel["copyleft"]["files"] == 0
+    assert result.problems["licence not permissive: GPL-3.0"] == 1
+
+
+def test_sources_by_name():
+    assert resolve_source("stdlib").licence == "PSF-2.0"
+    click = resolve_source("click")  # an installed distribution: its licence from its metadata
+    assert click.name == "click" and click.permissive and click.files
+    with pytest.raises(ValueError, match="no-such-dist-xyz: not a directory, not an installed distribution"):
+        resolve_source("no-such-dist-xyz")
+
+
+# ----------------------------------------------------------------------------- the command
+def test_command_writes_seeds_funnel_and_forged_set(tree, tmp_path):
+    out, forged = tmp_path / "seeds", tmp_path / "forged"
+    result = CliRunner().invoke(main, ["puzzles", "harvest", str(tree), "--out", str(out), "--forge", str(forged),
+                                       "--per-seed", "2", "--workers", "2", "--allow-unconfined"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "harvest.json").read_text())
+    funnel = summary["sources"]["widgets"]["funnel"]
+    assert funnel["kept"] == 2 and funnel["functions_forged"] == 2 and funnel["mutants_kept"] >= 2
+    assert sorted(p.name for p in (out / "widgets").iterdir()) == ["widgets__pkg_shapes__clamp.yaml",
+                                                                 "widgets__pkg_shapes__shout.yaml"]
+    assert "widgets  MIT" in result.output and (forged / "forge.json").is_file()
+
+
+def test_command_errors_are_one_line(tmp_path):
+    result = CliRunner().invoke(main, ["puzzles", "harvest", "no-such-dist-xyz", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "Error: no-such-dist-xyz: not a directory" in result.output
+    result = CliRunner().invoke(main, ["puzzles", "harvest", "stdlib", "--out", str(tmp_path / "o"),
+                                       "--fingerprints", str(tmp_path / "none.json")])
+    assert result.exit_code == 1 and "none.json: cannot read the benchmark fingerprints" in result.output
