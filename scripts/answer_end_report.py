@@ -1,6 +1,7 @@
-"""Collect scripts/answer_end.sh into docs/results/answer-end.json and the README tables: the base
-model's evaluations with the answer-end stop and without it (--full-completions), paired per
-puzzle, with their token counts, truncation and time.
+"""Collect the answer-end experiment (configs/experiments/answer-end.yaml) into
+docs/results/answer-end.json and the README tables: the base model's evaluations with the
+answer-end stop (eval-base-SET.json) and without it (eval-full-SET.json, the variant `full`),
+paired per puzzle, with their token counts, truncation and time. A set is named SET-kK.
 
     python scripts/answer_end_report.py [--runs outputs/answer-end] [--out docs/results]
 """
@@ -17,8 +18,9 @@ import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
 from mlx_swe_rl.rl.stats import compare_reports
 from mlx_swe_rl.runfiles import write_json_atomic
 
-SETS = {"easy-medium": "bundled easy + medium tiers (36), 384 tokens", "train": "learn.sh's training puzzles (40)",
-        "heldout": "learn.sh's held-out puzzles (60)", "bundled": "all bundled puzzles (54)"}
+SETS = {"easy-medium": "bundled easy + medium tiers (36), 384 tokens",
+        "train": "the learn experiment's training puzzles (40)",
+        "heldout": "the learn experiment's held-out puzzles (60)", "bundled": "all bundled puzzles (54)"}
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -41,9 +43,9 @@ def main(runs: Path, out_dir: Path) -> None:
     result: dict[str, Any] = {}
     lines = ["| set | K | tokens per completion (full -> stop) | truncated | generated tokens | sampling s | "
              "avg@K full -> stop | change, points [95% CI] | up / down |", "|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted(runs.glob("eval-base-*-full.json")):
-        name = path.name[len("eval-base-"):-len("-full.json")]  # SET-kK
-        stop_path = runs / f"eval-base-{name}-stop.json"
+    for path in sorted(runs.glob("eval-full-*.json")):
+        name = path.name[len("eval-full-"):-len(".json")]  # SET-kK
+        stop_path = runs / f"eval-base-{name}.json"
         if not stop_path.is_file():
             continue
         full, stop = json.loads(path.read_text()), json.loads(stop_path.read_text())

@@ -1,5 +1,5 @@
 """The issue "No wasted groups", collected into docs/results/NAME.json and NAME.png: runs of the
-transfer experiment (scripts/transfer.sh) with other puzzle orders or dynamic sampling, against
+transfer experiment (configs/experiments/no-wasted-groups.yaml) with other puzzle orders or dynamic sampling, against
 today's epoch order, per sampled token.
 
 Per run, from its history only: the share of sampled groups whose answers all scored alike (no
@@ -17,7 +17,7 @@ script is read back the same way (`--committed docs/results/no-wasted-groups.jso
 its steps, whole-run totals and paired changes as written, so a second seed can join the first
 on a machine where the first one's run directory is gone.
 
-    python scripts/groups_report.py outputs/transfer-runs/{learnable-s0,learnable-s1,dynamic-s0} \
+    python scripts/groups_report.py outputs/no-wasted-groups/{learnable-s0,dynamic-s0,dynamic-s1} \
         --committed docs/results/transfer.json:breadth-s0,breadth-s1 --out docs/results/no-wasted-groups
 """
 

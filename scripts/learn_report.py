@@ -1,13 +1,14 @@
 """Collect a learning experiment into docs/results/NAME.json, a figure and the Markdown table
-README "Results" shows: issue 14's (scripts/learn.sh, `--experiment learn`) or the issue
-"Learning that transfers" (scripts/transfer.sh, `--experiment transfer`), or Qwen2.5-Coder-0.5B's
-GRPO runs (scripts/qwen05.sh, `--experiment qwen05`).
+README "Results" shows, from the output directory of its experiment file: issue 14's
+(configs/experiments/learn-stop.yaml, `--experiment learn`) or the issue "Learning that transfers"
+(configs/experiments/transfer.yaml, `--experiment transfer`), or Qwen2.5-Coder-0.5B's GRPO runs
+(configs/experiments/qwen05.yaml, `--experiment qwen05`).
 
 Every change is paired over the same puzzles: after training minus the base model (each run), and
 between two runs where the experiment names such a pair (on-policy minus frozen sampler, same seed
 and steps), with 95% bootstrap CIs over puzzles; per tier or mutator family where it says so.
 
-    python scripts/learn_report.py [--experiment learn] [--runs outputs/learn] [--out docs/results] [--name learn]
+    python scripts/learn_report.py [--experiment learn] [--runs outputs/learn-stop] [--out docs/results] [--name learn]
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from mlx_swe_rl.runfiles import write_json_atomic
 
 @dataclass(frozen=True)
 class Experiment:
-    """What one experiment script leaves: its runs, its evaluation sets (and the puzzle-set files
+    """What one experiment file leaves: its runs, its evaluation sets (and the puzzle-set files
     behind them), the run pairs compared with each other, and the sets broken down by a field."""
 
-    script: str
-    runs_dir: Path  # where the script leaves its runs and evaluations by default
+    script: str  # the experiment file (`mlx-swe-rl experiment FILE` runs it)
+    runs_dir: Path  # its output_dir: where its runs and evaluations are
     runs: tuple[str, ...]
     sets: dict[str, str]
     set_files: dict[str, Path]
@@ -46,8 +47,8 @@ class Experiment:
 
 EXPERIMENTS = {
     "learn": Experiment(
-        script="scripts/learn.sh",
-        runs_dir=Path("outputs/learn"),
+        script="configs/experiments/learn-stop.yaml",
+        runs_dir=Path("outputs/learn-stop"),
         runs=("onpolicy-s0", "onpolicy-s1", "frozen-s0", "drgrpo-s0"),  # drgrpo-s0: a variant, stopped early
         sets={"train": "training puzzles (40 forged, mixed at calibration)",
               "heldout": "held-out functions (60 forged)",
@@ -55,7 +56,7 @@ EXPERIMENTS = {
         set_files={"train": Path("outputs/learn-train40.json"), "heldout": Path("outputs/forged-easy-heldout60.json")},
         pairs=(("frozen-s0", "onpolicy-s0"),)),
     "transfer": Experiment(
-        script="scripts/transfer.sh",
+        script="configs/experiments/transfer.yaml",
         runs_dir=Path("outputs/transfer-runs"),
         runs=("narrow", "breadth-s0", "kl-s0", "long-s0", "breadth-s1"),  # narrow: the learn experiment's adapter
         sets={"train": "training puzzles (49 forged, 22 functions)",
@@ -65,9 +66,9 @@ EXPERIMENTS = {
         set_files={s: Path(f"outputs/transfer/{s}.json") for s in ("train", "valid", "heldout")},
         breakdown={"heldout": "family", "bundled": "tier"}),
     "qwen05": Experiment(
-        script="scripts/qwen05.sh",
+        script="configs/experiments/qwen05.yaml",
         runs_dir=Path("outputs/qwen05-runs"),
-        runs=("s0", "s1"),
+        runs=("grpo-s0", "grpo-s1"),  # scripts/qwen05.sh named them s0, s1 (docs/results/qwen05.json)
         sets={"heldout": "the transfer experiment's held-out functions (136 forged, 2 of each of 68)",
               "bundled": "bundled hand-written puzzles (54)"},
         set_files={"heldout": Path("outputs/transfer/heldout.json")},
@@ -252,7 +253,7 @@ def breakdown_lines(result: dict[str, Any]) -> list[str]:
 @click.option("--experiment", "experiment_name", type=click.Choice(sorted(EXPERIMENTS)), default="learn",
               show_default=True)
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=None,
-              help="The experiment's output directory (default outputs/learn, outputs/transfer-runs).")
+              help="The experiment's output directory (default: its file's output_dir).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
 @click.option("--name", default=None, help="Writes NAME.json and NAME.png (default: the experiment's name).")
 def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str | None) -> None:
@@ -261,7 +262,7 @@ def main(experiment_name: str, runs_dir: Path | None, out_dir: Path, name: str |
     name = name or experiment_name
     first = next(iter(experiment.sets))
     if not (runs_dir / f"eval-base-{first}.json").is_file():
-        sys.exit(f"{runs_dir}: no eval-base-{first}.json: run {experiment.script} first")
+        sys.exit(f"{runs_dir}: no eval-base-{first}.json: run mlx-swe-rl experiment {experiment.script} first")
     result = collect(runs_dir, experiment)
     result["first_block"] = first_block_rates(runs_dir, experiment)
     result["answer_kinds"] = answer_kinds(runs_dir, experiment)

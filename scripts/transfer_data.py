@@ -1,4 +1,4 @@
-"""The data of the issue "Learning that transfers" (scripts/transfer.sh), from the SmolLM2-135M
+"""The data of the issue "Learning that transfers" (configs/experiments/transfer.yaml), from the SmolLM2-135M
 calibrations committed under docs/results/ (G = 8, T = 0.8, 192 tokens), so a fresh machine
 trains on the same puzzles without hours of calibration:
 
@@ -53,7 +53,7 @@ def main(per_function: int, heldout_per_function: int, valid_frac: float, seed: 
     calibrated: dict[str, tuple[Puzzle, str]] = {}
     for report, directory in CALIBRATIONS.items():
         if not Path(directory).is_dir():
-            raise click.ClickException(f"{directory}: missing (scripts/transfer.sh forges it first)")
+            raise click.ClickException(f"{directory}: missing (the experiment's forge steps make it first)")
         forged = {p.id: p for p in load_puzzles(Path(directory))}
         for row in json.loads(Path(report).read_text())["puzzles"]:
             # A puzzle calibrated twice (an easy-function mutant in both forged sets) is mixed if

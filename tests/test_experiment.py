@@ -171,7 +171,7 @@ def test_evaluation_only_variants_and_script_steps(tmp_path):
     assert (narrow.adapter, narrow.out, narrow.baseline) == (
         tmp_path / "elsewhere", out / "eval-narrow-heldout.json", out / "eval-base-heldout.json")
     assert narrow.state() == f"to evaluate (K = 1); needs {tmp_path / 'elsewhere'}, not there yet"
-    assert full.adapter is None and full.baseline == out / "eval-base-train.json"  # asked otherwise, paired all the same
+    assert full.adapter is None and full.baseline == out / "eval-base-train.json"  # asked otherwise, paired alike
     assert not full.plan().stop_after_answer and evals["eval base on train"].plan().stop_after_answer
     assert "eval narrow on heldout" in names(plan_pieces(experiment, (), (1,)))  # --seeds keeps them
     assert names(plan_pieces(experiment, ("full",), ()))[1:] == [
@@ -215,6 +215,20 @@ def test_committed_experiments_are_their_results_settings(name, renamed, monkeyp
                      for s, row in committed["sets"].items()}
     assert {(p.config.prompt.template, p.config.prompt.system) for p in pieces if isinstance(p, EvalPiece)} \
         == {("block", "expert")}
+
+
+def test_answer_end_evaluates_the_base_model_with_and_without_the_stop(monkeypatch):
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/answer-end.yaml", cli)
+    committed = json.loads((REPO / "docs/results/answer-end.json").read_text())
+    pieces = plan_pieces(experiment)
+    assert not any(isinstance(p, RunPiece) for p in pieces)  # nothing trained
+    evals = {(p.model, p.set_name): p for p in pieces if isinstance(p, EvalPiece)}
+    assert {s for _, s in evals} == set(committed) and {m for m, _ in evals} == {"base", "full"}
+    for (model, set_name), piece in evals.items():
+        plan = piece.plan()
+        assert plan.stop_after_answer == (model == "base") and piece.adapter is None
+        assert f"-k{plan.group_size}" in set_name and plan.max_tokens == (384 if "easy-medium" in set_name else 192)
 
 
 def test_no_wasted_groups_runs_are_the_committed_settings(monkeypatch):

@@ -104,7 +104,8 @@ class EvalPiece:
         if self.done():
             return "kept"
         waits = self.elsewhere and self.adapter is not None and not self.adapter.is_dir()
-        return f"to evaluate (K = {self.eval_set.samples})" + (f"; needs {self.adapter}, not there yet" if waits else "")
+        needs = f"; needs {self.adapter}, not there yet" if waits else ""
+        return f"to evaluate (K = {self.eval_set.samples}){needs}"
 
     def puzzles(self) -> list:
         """The set's puzzles (PuzzleError, TrainSetError while its file is still to be made)."""
