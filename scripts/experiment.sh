@@ -1,4 +1,4 @@
-# Shared by the experiment drivers the experiment files cannot express yet (multi_turn.sh, mine_experiment.sh),
+# Used by the experiment driver the experiment files cannot express yet (multi_turn.sh),
 # sourced after they set `out` (where runs and evaluations go), `quiet` and `config`, and define
 # `set_args SET` (prints the eval arguments that choose the set's puzzles, K and anything else the
 # experiment evaluates with; a later --max-tokens overrides the 192 below); `model` (default

@@ -1,11 +1,12 @@
-"""Collect scripts/mine_experiment.sh into docs/results/mine.json and the README table: the
-funnel of `puzzles mine` (numbers only: the mined code is the repository's), and SmolLM2's
+"""Collect the mine experiment (configs/experiments/mine.yaml) into docs/results/mine.json and the
+README table: the funnel of `puzzles mine` (numbers only: the mined code is the repository's), and SmolLM2's
 reward on the held-out (newest) mined tasks before and after GRPO on the training tasks, paired
 per task with 95% bootstrap intervals: SWE-RL's similarity on tasks without tests, pass@1 on
 tasks with tests, how often answers were format failures, and every answer rescored with the
 `progress` reward.
 
-    python scripts/mine_report.py [--mined outputs/mined] [--runs outputs/mine-experiment] [--out docs/results]
+    python scripts/mine_report.py [--mined outputs/mined] [--runs outputs/mine-experiment] [--run similarity-s0]
+        [--out docs/results]
 """
 
 from __future__ import annotations
@@ -50,16 +51,18 @@ def per_task(report: dict[str, Any], puzzles: dict[str, Puzzle]) -> dict[str, di
 @click.command()
 @click.option("--mined", type=click.Path(path_type=Path), default=Path("outputs/mined"), show_default=True)
 @click.option("--runs", type=click.Path(path_type=Path), default=Path("outputs/mine-experiment"), show_default=True)
+@click.option("--run", "run", default="similarity-s0", show_default=True,
+              help="The training run (the removed scripts/mine_experiment.sh named it `mined`).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/results"), show_default=True)
-def main(mined: Path, runs: Path, out_dir: Path) -> None:
+def main(mined: Path, runs: Path, run: str, out_dir: Path) -> None:
     summary = json.loads((mined / "mine.json").read_text())
     puzzles = {p.id: p for p in load_puzzles(mined)}
     before = json.loads((runs / "eval-base-heldout.json").read_text())
-    after_path = runs / "eval-mined-heldout.json"
+    after_path = runs / f"eval-{run}-heldout.json"
     result: dict[str, Any] = {"repository": {k: v for k, v in summary["repository"].items() if k != "path"},
                               "funnel": summary["funnel"], "tasks": summary["tasks"], "timing": summary["timing"],
                               "before": {k: sum(v.values()) / len(v) for k, v in per_task(before, puzzles).items() if v}}
-    steps = read_history(runs / "mined", missing_ok=True)
+    steps = read_history(runs / run, missing_ok=True)
     if steps:
         result["training"] = {"steps": len(steps), "reward_mean": [s["reward_mean"] for s in steps],
                               "completion_len": [s["completion_len"] for s in steps],

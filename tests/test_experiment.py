@@ -231,6 +231,20 @@ def test_answer_end_evaluates_the_base_model_with_and_without_the_stop(monkeypat
         assert f"-k{plan.group_size}" in set_name and plan.max_tokens == (384 if "easy-medium" in set_name else 192)
 
 
+def test_mine_is_the_measured_run(monkeypatch):
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/mine.yaml", cli)
+    committed = json.loads((REPO / "docs/results/mine.json").read_text())
+    pieces = plan_pieces(experiment)
+    (run,) = [p for p in pieces if isinstance(p, RunPiece)]
+    assert run.config.train.steps == committed["training"]["steps"] == 6
+    assert run.config.reward_without_tests == {"similarity": 1.0}
+    assert experiment.data[0].argv[:2] == ["puzzles", "mine"] and "--no-repo-tests" in experiment.data[0].args
+    for piece in (p for p in pieces if isinstance(p, EvalPiece)):
+        plan = piece.plan()
+        assert (plan.group_size, plan.max_tokens, plan.temperature, piece.eval_set.split) == (2, 384, 0.8, "heldout")
+
+
 def test_no_wasted_groups_runs_are_the_committed_settings(monkeypatch):
     monkeypatch.chdir(REPO)
     experiment = load(REPO / "configs/experiments/no-wasted-groups.yaml", cli)
