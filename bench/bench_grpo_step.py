@@ -79,6 +79,7 @@ def main(config_path: Path, overrides: tuple[str, ...], micro_batches: str, roun
     with Scorer() as scorer, CodeFixEnv(puzzles, scorer, cfg.reward, cfg.prompt.format,
                                         **({"style": style} if style else {})) as env:
         record, rollouts = run_step(policy, optimizer, env, puzzles, 1)
+    record = record.to_json() if hasattr(record, "to_json") else record  # a StepRecord since issue 48: its JSON line
     info = machine()
     click.echo(f"\none step of {config_path} on {cfg.model.spec} ({cfg.model.dtype}); {machine_line(info)}")
     click.echo(f"puzzles: {', '.join(p.id for p in puzzles)}; G={cfg.sampling.group_size}, <= "

@@ -49,6 +49,7 @@ def main(model_spec: str, steps: int, full_completions: bool, out: Path) -> None
     with Scorer() as scorer, CodeFixEnv([puzzle], scorer) as env:
         for step in range(1, steps + 2):
             record, rollouts = run_step(policy, optimizer, env, [puzzle], step)
+            record = record.to_json() if hasattr(record, "to_json") else record  # a StepRecord since issue 48
             records.append(record)
             lengths.append([r.sample.num_tokens for group in rollouts.groups for r in group])
             click.echo(f"step {step}{' (warm-up)' if step == 1 else ''}: {record['step_s']:.1f}s, "

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import tempfile
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,100 @@ def read_history(run_dir: Path, missing_ok: bool = False) -> list[dict[str, Any]
             return []
         raise RunFileError(f"{path}: no history (is this a run directory?)")
     return read_jsonl(path)
+
+
+@dataclass
+class StepRecord:
+    """One training step, as `run_step` fills it and history.jsonl keeps it: one JSON line per
+    step, these fields in this order (`to_json`). Means are over the step's episodes, counts
+    over all ranks of a data-parallel run; timings and memory are the slowest / largest rank's.
+
+    The loss fields are None in a step whose groups all dropped out (nothing to update), `kl`
+    also when beta is 0. `tokens_total` is filled by the training loop (the run's sampled tokens
+    so far: the x-axis of learning per token); `lora_b_zero` and `alarms` by the alarms
+    (rl.alarms), and only in the step where they trip: they are left out of the line otherwise.
+
+    A record read back (`from_json`) from a run made before a field existed has None there,
+    except for the fields whose old value is known (`_FILLED_IN`)."""
+
+    step: int
+    reward_mean: float
+    solve_rate: float
+    loss: float | None
+    policy_loss: float | None
+    kl: float | None
+    entropy: float | None
+    clip_frac: float | None
+    grad_norm: float | None
+    zero_var_frac: float
+    loss_completions: int  # completions in the loss (zero: no update)
+    groups_sampled: int  # all of the step's groups, replacements included
+    groups_kept: int  # the groups the loss read
+    extra_groups: int  # replacement groups of dynamic sampling
+    sampled_tokens: int  # the model's tokens sampled this step
+    extra_tokens: int  # those of the replacement groups
+    completion_len: float  # the model's tokens per episode, all turns
+    turns: float  # answers per episode
+    truncation_rate: float
+    errored: int  # episodes whose puzzle could not be scored (reward 0, no loss)
+    tokens_per_s: float  # summed over the ranks
+    lr: float
+    sample_s: float
+    prefill_s: float  # part of sample_s: the prompts' forwards
+    score_s: float
+    reference_s: float  # old/reference log-prob forwards
+    optimizer_s: float  # part of update_s: the optimizer's updates
+    update_s: float  # reference_s + forward/backward + optimizer_s
+    step_s: float
+    peak_memory_gb: float
+    puzzles: list[str]  # the step's puzzles, then the replacements'
+    tokens_total: int | None = None
+    lora_b_zero: bool | None = None
+    alarms: list[dict[str, str]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The history.jsonl line: every field, in order, less the alarms' fields when unset."""
+        record = asdict(self)
+        for key in _ONLY_WHEN_SET:
+            if record[key] is None:
+                del record[key]
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any], group_size: int | None = None) -> StepRecord:
+        """A history.jsonl line of this or an older version (see `_FILLED_IN`); keys this
+        version does not know are ignored. `group_size` (the run's sampling.group_size) lets a
+        record written before `sampled_tokens` existed estimate it (else it stays None)."""
+        record = upgrade_history_line(record, group_size)
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+
+
+def _estimated_tokens(record: dict[str, Any], group_size: int | None) -> int | None:
+    """Records written before `sampled_tokens` existed: mean length x episodes (G per puzzle)."""
+    if group_size is None:
+        return None
+    return round((record.get("completion_len") or 0.0) * group_size * len(record.get("puzzles") or []))
+
+
+_ONLY_WHEN_SET = ("lora_b_zero", "alarms")
+# The fields older records lack whose value is known: errors were not recorded before `errored`
+# existed because there were no error verdicts; the tokens follow from the mean length.
+_FILLED_IN = {
+    "errored": lambda record, group_size: 0,
+    "sampled_tokens": _estimated_tokens,
+}
+
+
+def upgrade_history_line(record: dict[str, Any], group_size: int | None = None) -> dict[str, Any]:
+    """A history.jsonl line with the fields it predates filled in where their value is known
+    (`_FILLED_IN`), for readers that keep the JSON form (the watch page)."""
+    filled = {key: fill(record, group_size) for key, fill in _FILLED_IN.items() if record.get(key) is None}
+    return {**record, **{key: value for key, value in filled.items() if value is not None}}
+
+
+def read_steps(run_dir: Path, group_size: int | None = None, missing_ok: bool = False) -> list[StepRecord]:
+    """The step records of the run in `run_dir` (`read_history`), typed, older lines upgraded."""
+    return [StepRecord.from_json(r, group_size) for r in read_history(run_dir, missing_ok)]
 
 
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:

@@ -158,8 +158,8 @@ def first_block_rates(runs_dir: Path, experiment: Experiment) -> dict[str, dict[
                         items.append((row["id"], f"```python\n{blocks[0]}\n```" if blocks else c["text"]))
                         owners.append(row["id"])
                 solved: dict[str, list[bool]] = {}
-                for owner, (_, info) in zip(owners, env.score(items)):
-                    solved.setdefault(owner, []).append(info["solved"])
+                for owner, verdict in zip(owners, env.score(items)):
+                    solved.setdefault(owner, []).append(verdict.solved)
                 rates = [sum(v) / len(v) for v in solved.values()]
                 out.setdefault(run, {})[s] = {"recorded": overall(report)[0], "first_block": sum(rates) / len(rates)}
     return out

@@ -29,9 +29,9 @@ import numpy as np  # noqa: E402
 import mlx_swe_rl.rl.trainer as trainer  # noqa: E402  (imports mlx after the BLAS preload)
 from mlx_swe_rl.rl import distributed as dist  # noqa: E402
 from mlx_swe_rl.rl.rollouts import Episode, RolloutBatch  # noqa: E402
+from mlx_swe_rl.env.verdict import Verdict  # noqa: E402
 from mlx_swe_rl.models.sampling import Sample, SampleStats, encode_chat  # noqa: E402
 
-INFO = {"code": None, "format_ok": True, "passed": 0, "total": 1, "tests": [], "reward_parts": {}}
 
 
 class PromptEnv:
@@ -63,7 +63,7 @@ def fixed_rollouts(model, tokenizer, env, puzzles, plan, **_):
             ids = [int(i) for i in rng.integers(3, 500, size=n)]
             reward = 0.5 if key % 3 == 0 else float(rng.integers(0, 3)) / 2
             sample = Sample(0, ids, tokenizer.decode(ids), [0.0] * n, "length" if n == max_tokens else "eos")
-            group.append(Episode.single(p.id, sample, reward, reward == 1.0, dict(INFO, passed=int(reward == 1.0))))
+            group.append(Episode.single(sample, Verdict(p.id, reward, reward == 1.0, None, None, {}, int(reward == 1.0), 1)))
         groups.append(group)
     generated = sum(r.sample.num_tokens for g in groups for r in g)
     stats = SampleStats(generated_tokens=generated, seconds=0.01, completions=len(puzzles) * group_size)
@@ -92,7 +92,7 @@ def dump(directory: Path, name: str, policy_params, history) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     r = dist.rank()
     mx.save_safetensors(str(directory / f"{name}.rank{r}.safetensors"), dict(tree_flatten(policy_params)))
-    (directory / f"{name}.rank{r}.json").write_text(json.dumps(history))
+    (directory / f"{name}.rank{r}.json").write_text(json.dumps([h.to_json() for h in history]))
 
 
 OPTIONS = ("optimizer", "env", "stop_after", "resume")  # per-run worker options, not config keys

@@ -5,27 +5,30 @@ once."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mlx_swe_rl.rl import alarms
 from mlx_swe_rl.rl.config import AlarmConfig, load_config
+from mlx_swe_rl.runfiles import StepRecord
 
 MAX_TOKENS = 192
 DEFAULTS = AlarmConfig()
 
 
-def step(n: int, **changes) -> dict:
-    """A healthy step record (the quick start's shape of numbers); `changes` break it."""
+def step(n: int, **changes) -> StepRecord:
+    """A healthy step record (the quick start's shape of numbers); `changes` break it. The
+    fields the alarms do not read stay as an old history line's would: None."""
     record = {"step": n, "reward_mean": 0.3, "solve_rate": 0.3, "loss": 0.01, "kl": None, "clip_frac": 0.0,
               "grad_norm": 0.4, "zero_var_frac": 0.33, "loss_completions": 16, "completion_len": 140.0,
               "truncation_rate": 0.1}
     record.update(changes)
-    return record
+    return StepRecord.from_json(record)
 
 
-def healthy(n: int = 16) -> list[dict]:
+def healthy(n: int = 16) -> list[StepRecord]:
     """The recorded quick start's completion lengths and truncation rates
     (docs/results/quickstart.json), with rewards slowly rising: nothing is wrong."""
     lengths = [134.2, 81.3, 134.1, 111.1, 147.2, 143.8, 124.9, 154.7, 131.4, 120.5, 157.3, 156.5, 126.0, 162.3,
@@ -41,10 +44,10 @@ def trips(history, evals=(), settings=DEFAULTS) -> list[str]:
     the way the trainer records them."""
     replay, names = [], []
     for record in history:
-        replay.append(dict(record))
-        new = alarms.new_alarms(replay, [e for e in evals if e[0] < record["step"]], settings, MAX_TOKENS)
+        replay.append(replace(record))
+        new = alarms.new_alarms(replay, [e for e in evals if e[0] < record.step], settings, MAX_TOKENS)
         if new:
-            replay[-1]["alarms"] = alarms.as_records(new)
+            replay[-1].alarms = alarms.as_records(new)
             names += [a.name for a in new]
     return names
 
@@ -70,20 +73,20 @@ ALARM_OF = {"lora_b_zero": "no_gradient"}
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_each_alarm_trips_once_on_its_scripted_run(case):
     history, first = BROKEN[case]
-    history = history + [dict(history[-1], step=history[-1]["step"] + k) for k in (1, 2)]  # it persists
+    history = history + [replace(history[-1], step=history[-1].step + k) for k in (1, 2)]  # it persists
     replay, tripped_at = [], []
     for record in history:
-        replay.append(dict(record))
+        replay.append(replace(record))
         new = alarms.new_alarms(replay, [], DEFAULTS, MAX_TOKENS)
         if new:
-            replay[-1]["alarms"] = alarms.as_records(new)
-            tripped_at += [(record["step"], a.name, a.message) for a in new]
+            replay[-1].alarms = alarms.as_records(new)
+            tripped_at += [(record.step, a.name, a.message) for a in new]
     assert [(s, n) for s, n, _ in tripped_at] == [(first, ALARM_OF.get(case, case))]  # once, at the first step
     message = tripped_at[0][2]
     assert message and "\n" not in message
 
 
-def recorded_runs() -> dict[str, list[dict]]:
+def recorded_runs() -> dict[str, list[StepRecord]]:
     """Step curves of the project's recorded runs (docs/results), as history records."""
     results = Path(__file__).resolve().parents[1] / "docs" / "results"
     runs = {name: run["curves"] for name, run in json.loads((results / "learn.json").read_text())["runs"].items()}
@@ -114,10 +117,10 @@ def test_recorded_runs(name, expected):
     their end; the others stay quiet."""
     replay, tripped = [], []
     for record in recorded_runs()[name]:
-        replay.append(dict(record))
+        replay.append(replace(record))
         new = alarms.new_alarms(replay, [], DEFAULTS, MAX_TOKENS)
-        replay[-1]["alarms"] = alarms.as_records(new)
-        tripped += [(record["step"], a.name) for a in new]
+        replay[-1].alarms = alarms.as_records(new)
+        tripped += [(record.step, a.name) for a in new]
     assert tripped == expected
 
 
@@ -171,7 +174,7 @@ def test_alarms_can_be_switched_off():
 
 def test_an_alarm_recorded_before_a_resume_is_not_repeated():
     history = BROKEN["kl"][0]
-    earlier = [dict(history[0]), dict(history[1], alarms=[{"name": "kl", "message": "..."}])]
+    earlier = [replace(history[0]), replace(history[1], alarms=[{"name": "kl", "message": "..."}])]
     assert alarms.new_alarms(earlier + [step(3, kl=2.0)], [], DEFAULTS, MAX_TOKENS) == []
 
 
@@ -195,7 +198,8 @@ def test_line_fit():
 
 
 # ------------------------------------------------------------------------------ through the trainer
-def run_synthetic(tmp_path, model_dir, tokenizer, name: str, *overrides: str) -> tuple[list[dict], list[dict], list[str]]:
+def run_synthetic(tmp_path, model_dir, tokenizer, name: str,
+                  *overrides: str) -> tuple[list[StepRecord], list[dict], list[str]]:
     """A short training on test_trainer's synthetic env: (returned history, history.jsonl, log)."""
     from test_trainer import ChoiceEnv, synth_cfg
 
@@ -218,14 +222,14 @@ def test_the_trainer_records_an_alarm_and_prints_it_once(tmp_path, tiny_model_di
     first = next(i for i, h in enumerate(lines) if h["loss_completions"])
     assert lines[first]["lora_b_zero"] is True
     assert sum("lora_b_zero" in h for h in lines) == 1  # checked once, after the first update
-    message = alarms.no_gradient(lines[:first + 1], AlarmConfig())
+    message = alarms.no_gradient([StepRecord.from_json(h) for h in lines[:first + 1]], AlarmConfig())
     assert {"name": "no_gradient", "message": message} in lines[first]["alarms"]
     recorded = [(h["step"], a["name"], a["message"]) for h in lines for a in h.get("alarms", [])]
     assert len(recorded) == len({name for _, name, _ in recorded})  # each alarm in one record only
     printed = [line for line in logs if line.startswith("ALARM")]
     assert printed == [f"ALARM {name} at step {s}: {m}" for s, name, m in recorded]
     assert sum(line.startswith("ALARM no_gradient") for line in printed) == 1
-    assert history == lines  # what train() returns is what it wrote
+    assert [h.to_json() for h in history] == lines  # what train() returns is what it wrote
 
 
 def test_the_trainer_stays_quiet_when_learning_or_switched_off(tmp_path, tiny_model_dir, tiny_model):

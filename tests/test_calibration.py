@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from mlx_swe_rl.env import codefix as env_module
+from mlx_swe_rl.env.verdict import Verdict
 from mlx_swe_rl.cli.app import main
 from mlx_swe_rl.cli.eval import main as eval_main
 from mlx_swe_rl.puzzles.format import load_puzzles
@@ -34,7 +35,7 @@ def rollout_args(model_dir, out, *extra):
 # ---------------------------------------------------------------------------------- categories
 def rollout(solved: bool, reward: float | None = None) -> Episode:
     sample = Sample(0, [1, 2], "text", [-0.1, -0.2], "eos")
-    return Episode.single("p", sample, float(solved) if reward is None else reward, solved, {})
+    return Episode.single(sample, Verdict("p", float(solved) if reward is None else reward, solved, None, None, {}, 0, 1))
 
 
 def test_category_hand_built():
@@ -99,11 +100,8 @@ def every_other_puzzle_mixed(monkeypatch):
         for i, (pid, text) in enumerate(items):
             solved = i % 4 == 0
             total = len(self.puzzles[pid].tests)
-            out.append((float(solved), {
-                "puzzle_id": pid, "code": "x = 1" if solved else None, "format_ok": solved,
-                "passed": total if solved else 0, "total": total, "tests": [], "output": "", "solved": solved,
-                "reward_parts": {"tests": float(solved)},
-            }))
+            out.append(Verdict(pid, float(solved), solved, "x = 1" if solved else None, None, {"tests": float(solved)},
+                               passed=total if solved else 0, total=total))
         return out
 
     monkeypatch.setattr(env_module.CodeFixEnv, "score", fake_score)
@@ -245,8 +243,7 @@ class ScriptedEnv:
         for pid, _ in items:
             solved = bool(self.scripts[pid][self.scored[pid]])
             self.scored[pid] += 1
-            out.append((float(solved), {"code": None, "format_ok": solved, "passed": int(solved), "total": 1,
-                                        "tests": [], "solved": solved, "reward_parts": {"tests": float(solved)}}))
+            out.append(Verdict(pid, float(solved), solved, None, None, {"tests": float(solved)}, int(solved), 1))
         return out
 
 

@@ -223,7 +223,7 @@ def _score(world: dict, code: str, mode: str) -> float:
         scorers[mode] = Scorer(workers=1, limits=LIMITS, confinement=mode)
     env = CodeFixEnv([world["puzzle"]], scorers[mode])
     reply = "```python\n" + textwrap.dedent(code).strip() + "\n```"
-    return env.score([(world["puzzle"].id, reply)])[0][0]
+    return env.score([(world["puzzle"].id, reply)])[0].reward
 
 
 def _leftovers(world: dict) -> list[str]:

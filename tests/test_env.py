@@ -59,53 +59,58 @@ def test_step_before_reset_and_empty_env(scorer, bundled):
 def test_step_with_oracle_scores_one(env, bundled):
     p = by_id(bundled, "clamp_value")
     env.reset(p.id)
-    reward, info = env.step(fenced(p.oracle))
+    info = env.step(fenced(p.oracle))
+    reward = info.reward
     assert reward == 1.0
-    assert info["puzzle_id"] == p.id
-    assert info["code"] == p.oracle.rstrip()
-    assert info["format_ok"] is True
-    assert info["passed"] == info["total"] == len(p.tests)
-    assert [t["status"] for t in info["tests"]] == ["passed"] * len(p.tests)
-    assert [t["index"] for t in info["tests"]] == list(range(len(p.tests)))
-    assert info["reward_parts"] == {"tests": 1.0}
-    assert isinstance(info["output"], str)
+    assert info.puzzle_id == p.id
+    assert info.code == p.oracle.rstrip()
+    assert info.format_ok is True
+    assert info.passed == info.total == len(p.tests)
+    assert [t.status for t in info.tests] == ["passed"] * len(p.tests)
+    assert [t.index for t in info.tests] == list(range(len(p.tests)))
+    assert info.parts == {"tests": 1.0}
+    assert isinstance(info.output, str)
 
 
 def test_step_with_class_oracle_scores_one(env, bundled):
     p = by_id(bundled, "lru_cache_ordered_dict")
     env.reset(p.id)
-    reward, info = env.step(fenced(p.oracle))
-    assert reward == 1.0 and info["passed"] == len(p.tests)
+    info = env.step(fenced(p.oracle))
+    reward = info.reward
+    assert reward == 1.0 and info.passed == len(p.tests)
 
 
 def test_step_with_buggy_code_scores_zero(env, bundled):
     p = by_id(bundled, "clamp_value")
     env.reset(p.id)
-    reward, info = env.step(fenced(p.buggy))
+    info = env.step(fenced(p.buggy))
+    reward = info.reward
     assert reward == 0.0
-    assert info["format_ok"] is True
-    assert 0 <= info["passed"] < info["total"] == len(p.tests)
-    failing = [t for t in info["tests"] if t["status"] != "passed"]
-    assert failing and all(t["message"] for t in failing)
+    assert info.format_ok is True
+    assert 0 <= info.passed < info.total == len(p.tests)
+    failing = [t for t in info.tests if t.status != "passed"]
+    assert failing and all(t.message for t in failing)
 
 
 def test_prose_answer_is_a_format_failure(env, bundled):
     p = by_id(bundled, "clamp_value")
     env.reset(p.id)
-    reward, info = env.step("The bug is that min and max are swapped; swap them back.")
+    info = env.step("The bug is that min and max are swapped; swap them back.")
+    reward = info.reward
     assert reward == 0.0
-    assert info["format_ok"] is False and info["code"] is None
-    assert info["passed"] == 0 and info["total"] == len(p.tests)
-    assert info["tests"] == [] and info["output"] == ""
-    assert info["reward_parts"] == {"tests": 0.0}
+    assert info.format_ok is False and info.code is None
+    assert info.passed == 0 and info.total == len(p.tests)
+    assert info.tests == [] and info.output == ""
+    assert info.parts == {"tests": 0.0}
 
 
 def test_candidate_output_is_captured(env, bundled):
     p = by_id(bundled, "clamp_value")
     env.reset(p.id)
-    reward, info = env.step(fenced("print('hello from the candidate')\n" + p.oracle))
+    info = env.step(fenced("print('hello from the candidate')\n" + p.oracle))
+    reward = info.reward
     assert reward == 1.0
-    assert "hello from the candidate" in info["output"]
+    assert "hello from the candidate" in info.output
 
 
 def test_crashing_and_looping_candidates_score_zero(env, bundled):
@@ -116,10 +121,10 @@ def test_crashing_and_looping_candidates_score_zero(env, bundled):
         (p.id, fenced("def clamp_value(value, low, high)\n    return value\n")),  # syntax error
     ]
     results = env.score(items)
-    assert [r for r, _ in results] == [0.0, 0.0, 0.0]
-    assert {t["status"] for t in results[0][1]["tests"]} == {"crashed"}
-    assert {t["status"] for t in results[1][1]["tests"]} == {"error"}
-    assert all("failed to load" in t["message"] for t in results[2][1]["tests"])
+    assert [v.reward for v in results] == [0.0, 0.0, 0.0]
+    assert {t.status for t in results[0].tests} == {"crashed"}
+    assert {t.status for t in results[1].tests} == {"error"}
+    assert all("failed to load" in t.message for t in results[2].tests)
 
 
 def test_score_many_pairs_in_input_order(env, bundled):
@@ -134,17 +139,16 @@ def test_score_many_pairs_in_input_order(env, bundled):
             expected.append((p.id, 1.0 if kind == 0 else 0.0, kind != 2))
     results = env.score(items)
     assert len(results) == len(items)
-    assert [(info["puzzle_id"], reward, info["format_ok"]) for reward, info in results] == expected
+    assert [(v.puzzle_id, v.reward, v.format_ok) for v in results] == expected
 
 
 def test_partial_and_format_rewards_through_env(scorer, bundled):
     p = by_id(bundled, "clamp_value")
     env = CodeFixEnv([p], scorer=scorer, reward={"partial": 1.0, "format": 0.5})
-    [(good, good_info), (bad, bad_info), (prose, _)] = env.score(
-        [(p.id, fenced(p.oracle)), (p.id, fenced(p.buggy)), (p.id, "no idea")])
-    assert good == 1.5 and good_info["reward_parts"] == {"partial": 1.0, "format": 1.0}
-    assert bad == pytest.approx(bad_info["passed"] / bad_info["total"] + 0.5)
-    assert prose == 0.0
+    good, bad, prose = env.score([(p.id, fenced(p.oracle)), (p.id, fenced(p.buggy)), (p.id, "no idea")])
+    assert good.reward == 1.5 and good.parts == {"partial": 1.0, "format": 1.0}
+    assert bad.reward == pytest.approx(bad.passed / bad.total + 0.5)
+    assert prose.reward == 0.0
 
 
 def test_similarity_only_reward_does_not_run_code(bundled):
@@ -155,9 +159,9 @@ def test_similarity_only_reward_does_not_run_code(bundled):
 
     p = by_id(bundled, "clamp_value")
     env = CodeFixEnv([p], scorer=NoRuns(), reward={"similarity": 1.0})
-    [(same, info), (none, none_info)] = env.score([(p.id, fenced(p.oracle)), (p.id, "prose")])
-    assert same == 1.0 and info["tests"] == [] and info["passed"] == 0
-    assert none == -1.0 and none_info["format_ok"] is False
+    same, none = env.score([(p.id, fenced(p.oracle)), (p.id, "prose")])
+    assert same.reward == 1.0 and same.tests == [] and same.passed == 0
+    assert none.reward == -1.0 and none.format_ok is False
 
 
 # ------------------------------------------------------------------ reward hacking
@@ -202,13 +206,13 @@ def test_always_equal_trick_scores_zero_on_every_bundled_puzzle(env, bundled):
     items = [(p.id, always_equal_response(p)) for p in bundled]
     results = env.score(items)
     assert len(results) == len(bundled)
-    for p, (reward, info) in zip(bundled, results):
-        assert info["format_ok"], f"{p.id}: the hack was not even extracted"
-        assert reward == 0.0, f"{p.id}: AlwaysEqual earned {reward}"
-        assert info["passed"] < info["total"], p.id
+    for p, info in zip(bundled, results):
+        assert info.format_ok, f"{p.id}: the hack was not even extracted"
+        assert info.reward == 0.0, f"{p.id}: AlwaysEqual earned {info.reward}"
+        assert info.passed < info.total, p.id
         # every probe of the entry point's value is rejected as non-plain data or an error
-        assert any("not plain data" in t["message"] for t in info["tests"]) or \
-            all(t["status"] != "passed" for t in info["tests"]), p.id
+        assert any("not plain data" in t.message for t in info.tests) or \
+            all(t.status != "passed" for t in info.tests), p.id
 
 
 def test_builtin_subclass_trick_scores_zero(env, bundled):
@@ -221,13 +225,14 @@ def test_builtin_subclass_trick_scores_zero(env, bundled):
             p = by_id(bundled, pid)
             items.append((pid, fenced(sub.format(base=base) +
                                       f"def {p.entry_point}(*args, **kwargs):\n    return Liar()\n")))
-    assert [reward for reward, _ in env.score(items)] == [0.0] * len(items)
+    assert [v.reward for v in env.score(items)] == [0.0] * len(items)
 
 
 def test_huge_int_answer_scores_zero_instead_of_crashing(env, bundled):
     p = by_id(bundled, "average_score")  # expects floats such as 90.0
-    [(reward, info)] = env.score([(p.id, fenced(f"def {p.entry_point}(*args):\n    return 10 ** 400\n"))])
-    assert reward == 0.0 and info["passed"] == 0
+    [info] = env.score([(p.id, fenced(f"def {p.entry_point}(*args):\n    return 10 ** 400\n"))])
+    reward = info.reward
+    assert reward == 0.0 and info.passed == 0
 
 
 # ------------------------------------------------------------------ a batch survives a puzzle that cannot be scored
@@ -253,15 +258,15 @@ def test_a_batch_survives_a_puzzle_that_cannot_be_scored(scorer, bundled, caplog
                      (good[1].id, fenced(good[1].buggy)), (broken.id, "no code"), (good[1].id, fenced(good[1].oracle))]
             for _ in range(2):  # logged once per puzzle, however often it comes back
                 verdicts = env.score(items)
-        (r0, i0), (r1, i1), (r2, i2), (r3, i3), (r4, i4) = verdicts
-        assert (r0, i0["solved"], r2, i2["solved"], r4, i4["solved"]) == (1.5, True, 0.5, False, 1.5, True)
-        assert not any("error" in info for info in (i0, i2, i4)) and i0["tests"] and i2["tests"]
-        for reward, info in ((r1, i1), (r3, i3)):  # every answer to the broken puzzle, with code or not
-            assert reward == 0.0 and not info["solved"] and info["tests"] == []
-            assert set(info["reward_parts"].values()) == {0.0}  # no part: its group carries no signal
-            assert info["error"] == "test 0: oracle did not finish: RuntimeError: oracle down"
+        i0, i1, i2, i3, i4 = verdicts
+        assert [(v.reward, v.solved) for v in (i0, i2, i4)] == [(1.5, True), (0.5, False), (1.5, True)]
+        assert not any(info.error is not None for info in (i0, i2, i4)) and i0.tests and i2.tests
+        for info in (i1, i3):  # every answer to the broken puzzle, with code or not
+            assert info.reward == 0.0 and not info.solved and info.tests == []
+            assert set(info.parts.values()) == {0.0}  # no part: its group carries no signal
+            assert info.error == "test 0: oracle did not finish: RuntimeError: oracle down"
         if split is not None:
-            assert i1["public_ok"] is False and i1["feedback"] is None  # an episode ends on an error verdict
+            assert i1.public_ok is False and i1.feedback is None  # an episode ends on an error verdict
         logged = [r.getMessage() for r in caplog.records if broken.id in r.getMessage()]
         assert len(logged) == 1 and "cannot be scored" in logged[0] and "oracle down" in logged[0]
     # callers that want to stop at a broken puzzle still can
@@ -279,9 +284,11 @@ def test_a_public_view_that_cannot_be_scored_is_an_error_verdict(scorer):
                    buggy="def add_one(x):\n    return x - 1\n", oracle="def add_one(x):\n    return x + 1\n",
                    tests=("items = [1]\nassert add_one(items.pop()) == 2", "assert items == []"), hidden_tests=(0,))
     with CodeFixEnv([state], scorer, split=TestSplit(public=1)) as env:
-        [(reward, info)] = env.score([(state.id, fenced(state.oracle))])
-    assert reward == 0.0 and not info["solved"]
-    assert info["error"] == "public tests: test 0: oracle gives [1], test expects []"
+        [info] = env.score([(state.id, fenced(state.oracle))])
+        reward = info.reward
+    assert reward == 0.0 and not info.solved
+    assert info.error == "public tests: test 0: oracle gives [1], test expects []"
     with CodeFixEnv([state], scorer) as env:  # single-turn, the puzzle is fine
-        [(reward, info)] = env.score([(state.id, fenced(state.oracle))])
-    assert reward == 1.0 and "error" not in info
+        [info] = env.score([(state.id, fenced(state.oracle))])
+        reward = info.reward
+    assert reward == 1.0 and info.error is None

@@ -14,6 +14,7 @@ from mlx.utils import tree_flatten
 
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.env.feedback import GENERIC, NO_CODE, TestSplit, public_view
+from mlx_swe_rl.env.verdict import Verdict
 from mlx_swe_rl.models.chat import ChatFrame, ChatTemplateError, encode_text, rendered_ids
 from mlx_swe_rl.models.sampling import encode_chat
 from mlx_swe_rl.puzzles.format import Puzzle
@@ -138,10 +139,10 @@ def add(a, b):
 def test_hidden_tests_never_reach_the_feedback_nor_a_prompt(scorer, tiny_model):
     split = hidden_marker_split()
     with CodeFixEnv([PUZZLE], scorer, split=split) as env:
-        (reward, info), = env.score([(PUZZLE.id, HOSTILE)])
-        assert not info["public_ok"] and info["feedback"]
-        assert "got 'add(" in info["feedback"], info["feedback"]  # the channel works: it found the public test
-        assert MARKER not in info["feedback"]
+        info, = env.score([(PUZZLE.id, HOSTILE)])
+        assert not info.public_ok and info.feedback
+        assert "got 'add(" in info.feedback, info.feedback  # the channel works: it found the public test
+        assert MARKER not in info.feedback
         # through the whole episode machinery: the hostile answer, then its feedback as a user turn
         model, tokenizer = tiny_model
         prompts = encode_prompts(tokenizer, env, [PUZZLE])
@@ -149,7 +150,7 @@ def test_hidden_tests_never_reach_the_feedback_nor_a_prompt(scorer, tiny_model):
         scripted = Scripted(model, script_table(tokenizer, prompts, [HOSTILE]), end)
         batch = collect_rollouts(scripted, tokenizer, env, [PUZZLE], SamplingPlan(1, 0.0, 800, max_turns=2))
     (episode,) = batch.groups[0]
-    assert len(episode.turns) == 2 and episode.turns[0].info["feedback"] == info["feedback"]
+    assert len(episode.turns) == 2 and episode.turns[0].verdict.feedback == info.feedback
     ids, _ = episode.sequence()
     text = tokenizer.decode(batch.prompts[0] + ids)
     assert "The code failed this test" in text and MARKER not in text
@@ -158,17 +159,17 @@ def test_hidden_tests_never_reach_the_feedback_nor_a_prompt(scorer, tiny_model):
 def test_feedback_names_the_failing_public_test_or_is_generic(scorer):
     split = TestSplit(public=3)
     with CodeFixEnv([PUZZLE], scorer, split=split) as env:
-        (_, buggy), (_, fixed), (_, nothing) = env.score([(PUZZLE.id, f"```python\n{PUZZLE.buggy}```"),
-                                                           (PUZZLE.id, f"```python\n{PUZZLE.oracle}```"),
-                                                           (PUZZLE.id, "no code")])
+        buggy, fixed, nothing = env.score([(PUZZLE.id, f"```python\n{PUZZLE.buggy}```"),
+                                       (PUZZLE.id, f"```python\n{PUZZLE.oracle}```"),
+                                       (PUZZLE.id, "no code")])
     view = public_view(PUZZLE, split.public_indices(PUZZLE))
-    assert buggy["feedback"].startswith("The code failed this test:\n") and "expected" in buggy["feedback"]
-    assert any(test in buggy["feedback"] for test in view.tests)
-    assert fixed["public_ok"] and fixed["feedback"] is None and fixed["solved"]
-    assert nothing["feedback"] == NO_CODE
+    assert buggy.feedback.startswith("The code failed this test:\n") and "expected" in buggy.feedback
+    assert any(test in buggy.feedback for test in view.tests)
+    assert fixed.public_ok and fixed.feedback is None and fixed.solved
+    assert nothing.feedback == NO_CODE
     with CodeFixEnv([PUZZLE], scorer, split=TestSplit(public=3, detailed=False)) as env:
-        (_, generic), = env.score([(PUZZLE.id, f"```python\n{PUZZLE.buggy}```")])
-    assert generic["feedback"] == GENERIC
+        generic, = env.score([(PUZZLE.id, f"```python\n{PUZZLE.buggy}```")])
+    assert generic.feedback == GENERIC
 
 
 def test_reward_on_hidden_tests_only(scorer):
@@ -176,9 +177,9 @@ def test_reward_on_hidden_tests_only(scorer):
     # passes every test but the marker one (strings): the public tests pass, the hidden one fails
     ints_only = "```python\ndef add(a, b):\n    return a + b if isinstance(a, int) else None\n```"
     with CodeFixEnv([PUZZLE], scorer, split=split) as env:
-        (reward, info), = env.score([(PUZZLE.id, ints_only)])
-    assert info["public_ok"] and not info["solved"] and reward == 0.0
-    assert {t["index"] for t in info["tests"]} == set(split.hidden_indices(PUZZLE))
+        info, = env.score([(PUZZLE.id, ints_only)])
+    assert info.public_ok and not info.solved and info.reward == 0.0
+    assert {t.index for t in info.tests} == set(split.hidden_indices(PUZZLE))
 
 
 # ---------------------------------------------------------------------------------- the loss
@@ -250,12 +251,11 @@ class FeedbackEnv:
 
     def score(self, items):
         out = []
-        for _, text in items:
+        for puzzle_id, text in items:
             ok = any(text.startswith(c) for c in self.chosen)
-            out.append((float(ok), {"code": text[:8], "format_ok": True, "passed": int(ok), "total": 1, "tests": [],
-                                    "solved": ok, "reward_parts": {"tests": float(ok)}, "public_ok": ok,
-                                    "public_passed": int(ok), "public_tests": [0],
-                                    "feedback": None if ok else "The tests failed. Try again."}))
+            out.append(Verdict(puzzle_id, float(ok), ok, text[:8], None, {"tests": float(ok)}, passed=int(ok), total=1,
+                               public_tests=[0], public_passed=int(ok), public_ok=ok,
+                               feedback=None if ok else "The tests failed. Try again."))
         return out
 
 
@@ -290,7 +290,8 @@ def test_multi_turn_training_trains_episodes_and_resumes_exactly(tiny_model, tin
     shutil.rmtree(tmp_path / "b" / "mt" / "checkpoint-old", ignore_errors=True)
     resumed = train(cut, resume=True, progress=False, env=FeedbackEnv(chosen), log=lambda *_: None)
     keys = ("reward_mean", "loss", "kl", "grad_norm", "completion_len", "loss_completions")
-    assert [{k: h[k] for k in keys} for h in straight.history[2:]] == [{k: h[k] for k in keys} for h in resumed.history]
+    assert [[getattr(h, k) for k in keys] for h in straight.history[2:]] == \
+        [[getattr(h, k) for k in keys] for h in resumed.history]
 
 
 def test_eval_turns_prints_the_per_turn_table_and_writes_the_fields(tiny_model_dir, tmp_path):
@@ -392,8 +393,8 @@ def test_puzzles_that_needed_set_up_score_oracle_one_and_buggy_zero(scorer):
     with CodeFixEnv(chosen, scorer, split=TestSplit(public=1)) as env:
         verdicts = env.score([(p.id, f"```python\n{code}```") for p in chosen for code in (p.oracle, p.buggy)])
     for p, (oracle, buggy) in zip(chosen, zip(verdicts[::2], verdicts[1::2])):
-        assert oracle[0] == 1.0 and oracle[1]["solved"] and oracle[1]["public_ok"], (p.id, oracle[1])
-        assert buggy[0] == 0.0 and not buggy[1]["solved"] and "error" not in buggy[1], (p.id, buggy[1])
+        assert oracle.reward == 1.0 and oracle.solved and oracle.public_ok, (p.id, oracle)
+        assert buggy.reward == 0.0 and not buggy.solved and buggy.error is None, (p.id, buggy)
 
 
 def test_hidden_asserts_never_reach_a_public_run_with_set_up(scorer):
@@ -403,14 +404,14 @@ def test_hidden_asserts_never_reach_a_public_run_with_set_up(scorer):
                       tests=STATEFUL[:1] + ("assert reports(chart, 'ceo') == ['cto']",), hidden_tests=(0,))
     assert TestSplit(public=1).public_indices(stateful) == (1,)
     with CodeFixEnv([stateful], scorer, split=TestSplit(public=1)) as env:
-        (_, hostile), (_, buggy) = env.score([(stateful.id, HOSTILE.replace("def add(a, b)", "def reports(a, b)")
-                                               .replace('"add(" in s', '"chart" in s')),
-                                              (stateful.id, f"```python\n{stateful.buggy}```")])
-    assert "chart = {'ceo'" in hostile["feedback"].split("got", 1)[1]  # the channel works: it read the set-up
-    assert MARKER not in hostile["feedback"]
+        hostile, buggy = env.score([(stateful.id, HOSTILE.replace("def add(a, b)", "def reports(a, b)")
+                                     .replace('"add(" in s', '"chart" in s')),
+                                    (stateful.id, f"```python\n{stateful.buggy}```")])
+    assert "chart = {'ceo'" in hostile.feedback.split("got", 1)[1]  # the channel works: it read the set-up
+    assert MARKER not in hostile.feedback
     # the feedback shows the public test with its set-up (no assertion): what the model needs to read it
-    assert buggy["feedback"].startswith("The code failed this test:\nchart = {'ceo': ['cto']}\nassert reports(")
-    assert MARKER not in buggy["feedback"]
+    assert buggy.feedback.startswith("The code failed this test:\nchart = {'ceo': ['cto']}\nassert reports(")
+    assert MARKER not in buggy.feedback
 
 
 def test_tests_a_puzzle_keeps_hidden_are_never_public():

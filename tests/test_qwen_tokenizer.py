@@ -53,8 +53,8 @@ def test_scored_answer_decoded_from_qwen_tokens(qwen_tokenizer):
     reply = f"```python\n{puzzle.oracle.strip()}\n```"
     text = qwen_tokenizer.decode(encode_text(qwen_tokenizer, reply) + list(qwen_tokenizer.eos_token_ids))
     with CodeFixEnv([puzzle]) as env:
-        reward, info = env.score([(puzzle.id, text.replace("<|im_end|>", ""))])[0]
-    assert info["solved"] and info["code"] == puzzle.oracle.strip()
+        info = env.score([(puzzle.id, text.replace("<|im_end|>", ""))])[0]
+    assert info.solved and info.code == puzzle.oracle.strip()
 
 
 def test_memory_preflight_of_the_full_run_fits_a_16gb_mac(qwen_header_dir):

@@ -291,8 +291,9 @@ def _fenced(code: str) -> str:
 
 
 def test_honest_fix_passes(env):
-    reward, info = env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0]
-    assert reward == 1.0 and info["passed"] == 4
+    info = env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0]
+    reward = info.reward
+    assert reward == 1.0 and info.passed == 4
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
@@ -302,46 +303,46 @@ def test_attack_scores_zero_and_leaves_nothing(name, env, scorer):
     if name in ("daemon_escape_setsid", "background_shell") and not LINUX:
         pytest.skip("a process that leaves its session is traced by uid (root) or as a re-parented orphan (Linux)")
     start = time.monotonic()
-    reward, info = env.score([(PUZZLE.id, _fenced(ATTACKS[name]))])[0]
+    info = env.score([(PUZZLE.id, _fenced(ATTACKS[name]))])[0]
+    reward = info.reward
     elapsed = time.monotonic() - start
-    assert info["format_ok"], "the attack code should be extracted and run"
-    assert reward == 0.0, f"{name} was rewarded: {info['tests']}"
-    assert info["passed"] < info["total"]
+    assert info.format_ok, "the attack code should be extracted and run"
+    assert reward == 0.0, f"{name} was rewarded: {info.tests}"
+    assert info.passed < info.total
     assert elapsed <= TIMEOUT + 2.0, f"{name} took {elapsed:.1f}s"
     assert not OUTSIDE.exists(), f"{name} left {OUTSIDE}"
     assert not (Path.home() / MARK).exists()
     if LINUX:
         assert stray_processes(scorer) == [], f"{name} left processes behind"
     # the harness still works afterwards
-    reward, _ = env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0]
-    assert reward == 1.0
+    assert env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0].reward == 1.0
 
 
 def test_every_failure_has_a_reason(env):
     """Per-test outcomes say why: a timeout, an error, a crash and a wrong value."""
     names = ["infinite_loop", "read_stdin", "os_exit_in_call", "print_passed"]
     outcomes = env.score([(PUZZLE.id, _fenced(ATTACKS[n])) for n in names])
-    statuses = [info["tests"][0]["status"] for _, info in outcomes]
+    statuses = [info.tests[0].status for info in outcomes]
     assert statuses == ["timeout", "error", "crashed", "failed"]
-    assert all(info["tests"][0]["message"] for _, info in outcomes)
+    assert all(info.tests[0].message for info in outcomes)
 
 
 def test_expected_values_never_reach_the_candidate(env):
     """The right-hand side of an assert is evaluated only in the oracle run."""
-    _, info = env.score([(PUZZLE.id, _fenced(ATTACKS["search_memory_for_expected"]))])[0]
-    assert "not found" in info["tests"][3]["message"]
+    info = env.score([(PUZZLE.id, _fenced(ATTACKS["search_memory_for_expected"]))])[0]
+    assert "not found" in info.tests[3].message
 
 
 def test_output_is_captured_and_capped(env):
-    _, info = env.score([(PUZZLE.id, _fenced(ATTACKS["huge_output"]))])[0]
-    assert 0 < len(info["output"]) <= Limits().keep_output
+    info = env.score([(PUZZLE.id, _fenced(ATTACKS["huge_output"]))])[0]
+    assert 0 < len(info.output) <= Limits().keep_output
 
 
 def test_attacks_in_parallel_keep_input_order(env):
     names = sorted(ATTACKS)
     items = [(PUZZLE.id, _fenced(ATTACKS[n])) for n in names] + [(PUZZLE.id, _fenced(PUZZLE.oracle))]
     outcomes = env.score(items)
-    assert [r for r, _ in outcomes] == [0.0] * len(names) + [1.0]
+    assert [v.reward for v in outcomes] == [0.0] * len(names) + [1.0]
 
 
 @pytest.mark.skipif(not (LINUX and IS_ROOT), reason="checks the non-root cleanup path from a root run")
@@ -353,11 +354,10 @@ def test_cleanup_without_privilege_drop(name):
     with Scorer(workers=1, limits=Limits(timeout=TIMEOUT, memory_mb=512), drop_privileges=False) as plain:
         plain_env = CodeFixEnv([PUZZLE], plain)
         start = time.monotonic()
-        reward, _ = plain_env.score([(PUZZLE.id, _fenced(ATTACKS[name]))])[0]
-        assert reward == 0.0
+        assert plain_env.score([(PUZZLE.id, _fenced(ATTACKS[name]))])[0].reward == 0.0
         assert time.monotonic() - start <= TIMEOUT + 2.0
         assert stray_processes(plain) == []
-        assert plain_env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0][0] == 1.0
+        assert plain_env.score([(PUZZLE.id, _fenced(PUZZLE.oracle))])[0].reward == 1.0
 
 
 def test_closing_the_scorer_removes_workers_and_their_directories():

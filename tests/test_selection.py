@@ -30,7 +30,7 @@ class PuzzleEnv(ChoiceEnv):
         for k, (puzzle_id, _) in enumerate(items):
             if puzzle_id in (SOLVED, FAILED):
                 r = float(puzzle_id == SOLVED)
-                out[k] = (r, {**out[k][1], "passed": int(r), "solved": r == 1.0, "reward_parts": {"choice": r}})
+                out[k] = dataclasses.replace(out[k], reward=r, passed=int(r), solved=r == 1.0, parts={"choice": r})
         return out
 
 
@@ -78,7 +78,7 @@ def test_train_calibrates_and_trains_on_the_mixed_puzzles(tmp_path, tiny_model_d
     assert 0 < len(mixed) < len(candidates)
     train_set = json.loads((cfg.run_dir / "train-set.json").read_text())
     assert train_set["puzzles"] == mixed and train_set["puzzle_dir"] is None  # the bundled puzzles
-    assert {p for h in result.history for p in h["puzzles"]} <= set(mixed)
+    assert {p for h in result.history for p in h.puzzles} <= set(mixed)
     assert any(line.startswith("calibrating 12 puzzles") for line in logs)
     assert any(f"training on the {len(mixed)} mixed puzzles" in line for line in logs)
     # the pass-rate estimates of the training puzzles start from their calibration outcomes
@@ -110,11 +110,11 @@ def test_resume_reuses_the_cached_calibration(tmp_path, tiny_model_dir, chosen, 
     monkeypatch.setattr(selection, "calibrate", refuse)
     logs: list[str] = []
     result = train(cfg, env=PuzzleEnv(chosen), progress=False, log=logs.append, resume=True)
-    assert [h["step"] for h in result.history] == [2, 3]
+    assert [h.step for h in result.history] == [2, 3]
     assert (cfg.run_dir / "train-set.json").read_text() == before
     assert any("mixed ones of the run's calibration" in line for line in logs)
     mixed = set(json.loads(before)["puzzles"])
-    assert {p for h in result.history for p in h["puzzles"]} <= mixed
+    assert {p for h in result.history for p in h.puzzles} <= mixed
 
     # without its cache, a run with a checkpoint cannot be resumed (the weights are no longer initial)
     (cfg.run_dir / "train-set.json").unlink()

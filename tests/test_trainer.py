@@ -22,6 +22,7 @@ from mlx.utils import tree_flatten
 import mlx_swe_rl.rl.policy as policy_module
 import mlx_swe_rl.rl.rundir as rundir
 import mlx_swe_rl.rl.trainer as trainer_module
+from mlx_swe_rl.env.verdict import Verdict
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
 from mlx_swe_rl.rl.rollouts import collect_rollouts
@@ -51,10 +52,9 @@ class ChoiceEnv:
 
     def score(self, items):
         out = []
-        for _, text in items:
+        for puzzle_id, text in items:
             r = self.reward(text)
-            out.append((r, {"code": None, "format_ok": True, "passed": int(r), "total": 1, "tests": [], "solved": r == 1.0,
-                            "reward_parts": {"choice": r}}))
+            out.append(Verdict(puzzle_id, r, r == 1.0, None, None, {"choice": r}, passed=int(r), total=1))
         self.scored += len(items)
         return out
 
@@ -93,7 +93,7 @@ def quiet(_: str) -> None:
 
 
 def rewards(result) -> list[float]:
-    return [h["reward_mean"] for h in result.history]
+    return [h.reward_mean for h in result.history]
 
 
 def flip_advantages(monkeypatch) -> None:
@@ -199,9 +199,9 @@ def test_kl_is_zero_at_the_start_then_positive(tmp_path, tiny_model_dir, env, mo
     calls = count_adapters_off(monkeypatch)
     cfg = synth_cfg(tmp_path, tiny_model_dir, "kl", "grpo.beta=0.04", "train.puzzles_per_step=4")
     history = train(cfg, env=env, progress=False, log=quiet).history
-    assert all(h["loss_completions"] > 0 for h in history)
-    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-7)
-    assert all(h["kl"] > 0 for h in history[1:]), [h["kl"] for h in history]
+    assert all(h.loss_completions > 0 for h in history)
+    assert history[0].kl == pytest.approx(0.0, abs=1e-7)
+    assert all(h.kl > 0 for h in history[1:]), [h.kl for h in history]
     assert calls[0] >= len(history)  # the reference forward ran (adapters off) every step
 
 
@@ -209,8 +209,8 @@ def test_beta_zero_skips_the_reference(tmp_path, tiny_model_dir, env, monkeypatc
     calls = count_adapters_off(monkeypatch)
     cfg = synth_cfg(tmp_path, tiny_model_dir, "nokl", "grpo.beta=0.0", "train.steps=2")
     history = train(cfg, env=env, progress=False, log=quiet).history
-    assert any(h["loss_completions"] > 0 for h in history)
-    assert [h["kl"] for h in history] == [None, None]
+    assert any(h.loss_completions > 0 for h in history)
+    assert [h.kl for h in history] == [None, None]
     assert calls[0] == 0
 
 
@@ -226,12 +226,12 @@ def test_reference_runs_once_per_group_whatever_the_micro_batch(tmp_path, tiny_m
                         f"train.micro_batch_size={size}")
         before = calls[0]
         records[size] = train(cfg, env=env, progress=False, log=quiet).history
-        groups = sum(h["groups_kept"] for h in records[size])
+        groups = sum(h.groups_kept for h in records[size])
         assert calls[0] - before == groups  # once per kept group, not once per micro-batch
     for small, whole in zip(records[2], records[64]):
-        assert small["reward_mean"] == whole["reward_mean"]
+        assert small.reward_mean == whole.reward_mean
         for key in ("loss", "kl", "grad_norm", "entropy"):
-            assert small[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-7), key
+            assert getattr(small, key) == pytest.approx(getattr(whole, key), rel=1e-4, abs=1e-7), key
 
 
 # ------------------------------------------------------------------------------ 4. resume
@@ -282,10 +282,10 @@ def test_same_seed_gives_the_same_lora_init(tmp_path, tiny_model_dir):
 def test_kill_and_resume_reproduces_the_uninterrupted_run(resumed_runs):
     r = resumed_runs
     a_dir, b_dir = r["cfg_a"].run_dir, r["cfg_b"].run_dir
-    assert [h["step"] for h in r["killed"].history] == [1, 2, 3, 4, 5]
+    assert [h.step for h in r["killed"].history] == [1, 2, 3, 4, 5]
     assert r["checkpoint_step"] == 4 and r["killed_steps"] == [1, 2, 3, 4, 5]
     assert any("after step 4" in line for line in r["logs"])
-    assert [h["step"] for h in r["b"].history] == [5, 6]
+    assert [h.step for h in r["b"].history] == [5, 6]
     assert_same_adapters(a_dir, b_dir)
     assert_same_adapters(a_dir / "checkpoint", b_dir / "checkpoint")
     hist_a, hist_b = history_lines(a_dir), history_lines(b_dir)
@@ -327,7 +327,7 @@ def test_resume_may_extend_the_run(resumed_runs, tiny_model_dir, chosen):
     r = resumed_runs
     longer = synth_cfg(r["root"], tiny_model_dir, "a", "train.steps=7", "train.save_every=2")
     result = train(longer, env=ChoiceEnv(chosen), progress=False, log=quiet, resume=True)
-    assert [h["step"] for h in result.history] == [7]
+    assert [h.step for h in result.history] == [7]
     assert [h["step"] for h in history_lines(longer.run_dir)] == list(range(1, 8))
     assert json.loads((longer.run_dir / "checkpoint" / "state.json").read_text())["step"] == 7
 
@@ -485,7 +485,7 @@ def test_frozen_mode_samples_from_the_initial_weights(tmp_path, tiny_model_dir, 
     cfg = synth_cfg(tmp_path, tiny_model_dir, f"frozen-{mode}", "sampling.mode=frozen", "train.steps=3",
                     "train.puzzles_per_step=4", mode=mode)
     history = train(cfg, env=env, progress=False, log=quiet).history
-    assert len(calls) == 3 and len(policies) == 1 and any(h["loss_completions"] for h in history)
+    assert len(calls) == 3 and len(policies) == 1 and any(h.loss_completions for h in history)
     policy = policies[0]
     if mode == "lora":
         scale = cfg.finetune.lora.scale
@@ -518,9 +518,9 @@ def test_two_iterations_per_batch(tmp_path, tiny_model_dir, env):
     history = train(cfg, env=env, progress=False, log=quiet).history
     assert len(history) == 3
     for h in history:
-        assert h["loss_completions"] > 0
-        assert isinstance(h["clip_frac"], float) and 0.0 <= h["clip_frac"] <= 1.0
-        assert all(math.isfinite(h[k]) for k in ("loss", "kl", "entropy", "grad_norm"))
+        assert h.loss_completions > 0
+        assert isinstance(h.clip_frac, float) and 0.0 <= h.clip_frac <= 1.0
+        assert all(math.isfinite(getattr(h, k)) for k in ("loss", "kl", "entropy", "grad_norm"))
 
 
 def test_two_iterations_report_the_clipping_that_happens(tmp_path, tiny_model_dir, env, monkeypatch):
@@ -537,7 +537,7 @@ def test_two_iterations_report_the_clipping_that_happens(tmp_path, tiny_model_di
                     "train.steps=2", "train.puzzles_per_step=4")
     history = train(cfg, env=env, progress=False, log=quiet).history
     assert max(seen) > 0.05  # the second update of each batch does clip
-    assert max(h["clip_frac"] for h in history) > 0
+    assert max(h.clip_frac for h in history) > 0
 
 
 def test_mask_truncated(tmp_path, tiny_model_dir, env):
@@ -546,8 +546,8 @@ def test_mask_truncated(tmp_path, tiny_model_dir, env):
     assert len(history) == 3
     per_step = cfg.sampling.group_size * cfg.train.puzzles_per_step
     for h in history:
-        assert h["truncation_rate"] > 0
-        assert h["loss_completions"] <= round((1 - h["truncation_rate"]) * per_step)
+        assert h.truncation_rate > 0
+        assert h.loss_completions <= round((1 - h.truncation_rate) * per_step)
 
 
 # ------------------------------------------------------------------------------ 9. data order
@@ -569,20 +569,20 @@ def test_step_puzzles_order():
 def test_an_errored_group_drops_out_of_the_loss(tmp_path, tiny_model_dir):
     from mlx_swe_rl.models.sampling import Sample, SampleStats
     from mlx_swe_rl.rl.rollouts import Episode, RolloutBatch
-    from mlx_swe_rl.rl.trainer import loss_inputs
+    from mlx_swe_rl.rl.trainer import LossCounts, loss_inputs
 
     cfg = synth_cfg(tmp_path, tiny_model_dir, "errored")
 
     def group(pid: str, rewards: list[float], error: str | None = None) -> list[Episode]:
-        info = {"code": None, "solved": False, **({"error": error} if error else {})}
-        return [Episode.single(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, False, info) for i, r in enumerate(rewards)]
+        return [Episode.single(Sample(0, [5 + i, 6], "ab", [], "eos"), Verdict(pid, r, False, None, None, {}, 0, 1, error=error))
+                for i, r in enumerate(rewards)]
 
     # rewards that differ within the errored group (a reward part that needs no test run, say)
     batch = RolloutBatch([], [[1, 2], [3, 4]], [group("good", [1.0, 0.0]), group("broken", [0.5, 0.0], "oracle")],
                          SampleStats())
     groups, info = loss_inputs(batch, cfg)
     assert [g.prompt for g in groups] == [[1, 2]]
-    assert info == {"zero_var_frac": 0.5, "loss_completions": 2, "groups_sampled": 2, "groups_kept": 1}
+    assert info == LossCounts(zero_var_frac=0.5, loss_completions=2, groups_sampled=2, groups_kept=1)
 
 
 def test_a_training_step_survives_a_puzzle_that_cannot_be_scored(tmp_path, tiny_model_dir, scorer):
@@ -605,7 +605,7 @@ def test_a_training_step_survives_a_puzzle_that_cannot_be_scored(tmp_path, tiny_
                     "train.puzzles_per_step=3", "sampling.group_size=2", "sampling.max_tokens=4")
     with CodeFixEnv(puzzles, scorer) as env:
         history = train(cfg, env=env, progress=False, log=quiet).history
-    assert [h["errored"] for h in history] == [2, 2]  # the broken puzzle's two episodes, every step
+    assert [h.errored for h in history] == [2, 2]  # the broken puzzle's two episodes, every step
     lines = history_lines(cfg.run_dir)
     assert [h["errored"] for h in lines] == [2, 2]
     rollouts = [json.loads(line) for line in (cfg.run_dir / "rollouts.jsonl").read_text().splitlines()]
@@ -694,9 +694,8 @@ class OutcomeEnv(ChoiceEnv):
             seen[pid] += 1
             solved = kind == "pass" or (kind == "mixed" and i % 2 == 0)
             reward = 1.0 if solved else (0.1 * (i % 3) if kind == "phantom" else 0.0)
-            out.append((reward, {"code": None, "format_ok": True, "passed": int(solved), "total": 1, "tests": [],
-                                 "solved": solved, "reward_parts": {"choice": reward},
-                                 **({"error": "oracle failed"} if kind == "error" else {})}))
+            out.append(Verdict(pid, reward, solved, None, None, {"choice": reward}, passed=int(solved), total=1,
+                               error="oracle failed" if kind == "error" else None))
         return out
 
 
@@ -729,30 +728,30 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
     lines = [json.loads(line) for line in (cfg.run_dir / "rollouts.jsonl").read_text().splitlines()]
     replaced = 0
     for h, kept in zip(history, losses):
-        chosen, spare = choose(cfg, puzzles, rates, h["step"])
-        sampled = h["puzzles"]
-        extra = h["extra_groups"]
+        chosen, spare = choose(cfg, puzzles, rates, h.step)
+        sampled = h.puzzles
+        extra = h.extra_groups
         assert sampled == [p.id for p in chosen] + [p.id for p in spare[:extra]]
         mixed = [pid for pid in sampled if OUTCOMES.get(pid) == "mixed"]
         assert kept == mixed  # exactly the mixed groups enter the loss, phantom ones included out
-        assert h["groups_sampled"] == len(sampled) and h["groups_kept"] == len(mixed)
-        assert h["loss_completions"] == len(mixed) * cfg.sampling.group_size
+        assert h.groups_sampled == len(sampled) and h.groups_kept == len(mixed)
+        assert h.loss_completions == len(mixed) * cfg.sampling.group_size
         assert extra <= cap
         # stopped only when enough groups were kept, the cap was reached, or no spare was left
         assert len(mixed) >= per_step or extra == cap or extra == len(spare)
         replaced += extra
-        step_lines = [line for line in lines if line["step"] == h["step"]]
+        step_lines = [line for line in lines if line["step"] == h.step]
         assert [line["puzzle_id"] for line in step_lines][::cfg.sampling.group_size] == sampled
-        assert h["sampled_tokens"] == sum(line["num_tokens"] for line in step_lines)
-        assert h["extra_tokens"] == sum(line["num_tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
+        assert h.sampled_tokens == sum(line["num_tokens"] for line in step_lines)
+        assert h.extra_tokens == sum(line["num_tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
     assert replaced > 0  # the scripted outcomes did make it replace groups
     # rounds: the calls of one step are its chosen puzzles, then rounds of the missing count
     i = 0
     for h in history:
-        sampled, got = h["puzzles"], calls[i]
+        sampled, got = h.puzzles, calls[i]
         assert got == sampled[:per_step]
         used, i = 0, i + 1
-        while used < h["extra_groups"]:
+        while used < h.extra_groups:
             missing = per_step - sum(OUTCOMES.get(pid) == "mixed" for pid in sampled[:per_step + used])
             assert calls[i] == sampled[per_step + used:per_step + used + min(missing, cap - used)]
             used, i = used + len(calls[i]), i + 1
@@ -767,7 +766,7 @@ def test_phantom_groups_leave_the_loss_only_with_dynamic_sampling(tmp_path, tiny
     from mlx_swe_rl.rl.trainer import loss_inputs
 
     def group(pid: str, rewards: list[float], solved: list[bool]) -> list[Episode]:
-        return [Episode.single(pid, Sample(0, [5 + i, 6], "ab", [], "eos"), r, s, {"code": None, "solved": s})
+        return [Episode.single(Sample(0, [5 + i, 6], "ab", [], "eos"), Verdict(pid, r, s, None, None, {}, int(s), 1))
                 for i, (r, s) in enumerate(zip(rewards, solved))]
 
     batch = RolloutBatch([], [[1, 2], [3, 4]], [group("mixed", [1.0, 0.2], [True, False]),
@@ -776,7 +775,7 @@ def test_phantom_groups_leave_the_loss_only_with_dynamic_sampling(tmp_path, tiny
     on = synth_cfg(tmp_path, tiny_model_dir, "phantom-on", "train.dynamic_sampling.enabled=true")
     assert [g.prompt for g in loss_inputs(batch, off)[0]] == [[1, 2], [3, 4]]
     groups, info = loss_inputs(batch, on)
-    assert [g.prompt for g in groups] == [[1, 2]] and info["groups_kept"] == 1 and info["zero_var_frac"] == 0.5
+    assert [g.prompt for g in groups] == [[1, 2]] and info.groups_kept == 1 and info.zero_var_frac == 0.5
 
 
 def test_dynamic_sampling_is_refused_in_data_parallel_runs(tmp_path, monkeypatch):

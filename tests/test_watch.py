@@ -3,6 +3,7 @@ following a run that is still being written, on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -16,7 +17,9 @@ import yaml
 from click.testing import CliRunner
 
 from mlx_swe_rl.cli.app import main
+from mlx_swe_rl.env.verdict import Verdict
 from mlx_swe_rl.models.sampling import Sample
+from mlx_swe_rl.sandbox.verdict import TestResult as Outcome
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.reports.watch import PAGE_DIR, JsonlTail, WatchError, open_server
 from mlx_swe_rl.rl.evaluation import totals
@@ -240,15 +243,14 @@ def test_older_rollout_lines_get_their_code_extracted_and_unknown_puzzles_no_dif
 
 
 def test_rollout_summary_is_what_rollouts_jsonl_records():
-    info = {"code": "def f(): pass", "format_ok": True, "passed": 1, "total": 2, "reward_parts": {"tests": 0.0},
-            "tests": [{"index": 0, "status": "passed", "message": ""},
-                      {"index": 1, "status": "failed", "message": "expected 1, got " + "9" * 500}]}
-    line = Episode.single("p", Sample(0, [5, 6, 7], "text", [], "length"), 0.0, False, info).summary()
+    verdict = Verdict("p", 0.0, False, "def f(): pass", None, {"tests": 0.0}, passed=1, total=2,
+                      tests=[Outcome(0, "passed"), Outcome(1, "failed", "expected 1, got " + "9" * 500)])
+    line = Episode.single(Sample(0, [5, 6, 7], "text", [], "length"), verdict).summary()
     assert line == {"puzzle_id": "p", "reward": 0.0, "solved": False, "text": "text", "num_tokens": 3,
                     "truncated": True, "code": "def f(): pass",
                     "tests": [{"status": "passed", "detail": ""}, {"status": "failed", "detail": line["tests"][1]["detail"]}],
                     "turns": [{"text": "text", "num_tokens": 3, "finish": "length", "code": "def f(): pass",
-                               "public_ok": None, "public_passed": None, "solved": None, "reward": 0.0, "feedback": None}]}
+                               "public_ok": None, "public_passed": None, "solved": False, "reward": 0.0, "feedback": None}]}
     assert len(line["tests"][1]["detail"]) == DETAIL_CHARS and line["tests"][1]["detail"].startswith("expected 1, got 99")
     json.dumps(line)
 
@@ -335,11 +337,12 @@ def test_errored_steps_and_the_error_on_a_rollout_are_shown(server, run_dir):
 
 
 def test_rollout_summary_carries_the_error_of_an_error_verdict():
-    info = {"code": None, "format_ok": False, "passed": 0, "total": 2, "reward_parts": {"tests": 0.0}, "tests": [],
-            "error": "oracle failed to load: " + "x" * 900}
-    line = Episode.single("p", Sample(0, [5], "text", [], "eos"), 0.0, False, info).summary()
+    verdict = Verdict("p", 0.0, False, None, None, {"tests": 0.0}, passed=0, total=2,
+                      error="oracle failed to load: " + "x" * 900)
+    line = Episode.single(Sample(0, [5], "text", [], "eos"), verdict).summary()
     assert line["error"].startswith("oracle failed to load: ") and len(line["error"]) == 500
-    assert "error" not in Episode.single("p", Sample(0, [5], "text", [], "eos"), 0.0, False, dict(info, error=None)).summary()
+    fine = dataclasses.replace(verdict, error=None)
+    assert "error" not in Episode.single(Sample(0, [5], "text", [], "eos"), fine).summary()
 
 
 def test_pass_rate_estimates_are_shown_when_the_run_keeps_them(server, run_dir):
@@ -370,8 +373,8 @@ def test_the_page_reads_rollout_lines_of_today_and_of_older_runs():
     (completion, tokens) still show their completions."""
     from mlx_swe_rl.reports.watch import _rollout_view
 
-    info = {"code": None, "format_ok": False, "passed": 0, "total": 1, "reward_parts": {}, "tests": []}
-    today = Episode.single("p", Sample(0, [5, 6], "I think", [], "stop"), 0.0, False, info).summary()
+    verdict = Verdict("p", 0.0, False, None, None, {}, passed=0, total=1)
+    today = Episode.single(Sample(0, [5, 6], "I think", [], "stop"), verdict).summary()
     older = {"reward": 0.0, "solved": False, "completion": "I think", "tokens": 2, "code": None, "tests": []}
     for line in (today, older):
         view = _rollout_view(line, None)

@@ -43,10 +43,10 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
     history = result.history
     if history:
         first, last = history[0], history[-1]
-        steps_s = sum(h["step_s"] for h in history) / len(history)
-        peak = max(h["peak_memory_gb"] for h in history)
-        click.echo(f"steps {first['step']}-{last['step']}: reward mean {first['reward_mean']:.3f} -> "
-                   f"{last['reward_mean']:.3f}, {steps_s:.1f}s/step, peak memory {peak:.2f} GB")
+        steps_s = sum(h.step_s for h in history) / len(history)
+        peak = max(h.peak_memory_gb for h in history)
+        click.echo(f"steps {first.step}-{last.step}: reward mean {first.reward_mean:.3f} -> "
+                   f"{last.reward_mean:.3f}, {steps_s:.1f}s/step, peak memory {peak:.2f} GB")
     click.echo(f"run directory: {result.run_dir} (adapters load with --adapter-path {result.run_dir})")
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import asdict
-from typing import Any
 
 from . import formats
 from .feedback import TestSplit, feedback_message, public_view
@@ -15,12 +13,13 @@ from ..stopping import StopRule
 from .rewards import (DEFAULT_REWARD, DEFAULT_REWARD_WITHOUT_TESTS, NEEDS_TESTS, Completion, combine,
                       exact_match, validate_weights)
 from ..sandbox.scorer import Scorer, TestRun
+from .verdict import Verdict
 
 
 class CodeFixEnv:
     """reset(puzzle_id) -> observation; get_prompt() -> chat messages; step(completion) ->
-    (reward, info). `score` does the same for many completions at once, in parallel; every
-    caller (training, rollouts, eval) scores through it, and it alone decides `info["solved"]`.
+    Verdict. `score` does the same for many completions at once, in parallel; every caller
+    (training, rollouts, eval) scores through it, and it alone makes verdicts (env.verdict).
 
     `reward` weighs the rewards of tasks with tests; tasks without tests (mined from a history
     with no usable tests) earn `reward_without_tests`, which cannot use the test rewards.
@@ -33,7 +32,7 @@ class CodeFixEnv:
 
     A puzzle that cannot be scored (its oracle fails its own tests or its public view, so the
     expected values are unknown) does not stop a batch: each of its answers gets the error
-    verdict (reward 0, not solved, `info["error"]` says why) and the others are scored."""
+    verdict (reward 0, not solved, `Verdict.error` says why) and the others are scored."""
 
     def __init__(self, puzzles: list[Puzzle], scorer: Scorer | None = None,
                  reward: Mapping[str, float] = DEFAULT_REWARD, answer_format: str = "function",
@@ -78,15 +77,15 @@ class CodeFixEnv:
         """Where the sampler may end a completion for this puzzle: once its answer is complete."""
         return self.format.stop_rule(self.puzzles[puzzle_id])
 
-    def step(self, completion: str) -> tuple[float, dict[str, Any]]:
+    def step(self, completion: str) -> Verdict:
         """Score one model response for the current puzzle."""
         return self.score([(self._require_current().id, completion)])[0]
 
-    def score(self, items: list[tuple[str, str]]) -> list[tuple[float, dict[str, Any]]]:
+    def score(self, items: list[tuple[str, str]]) -> list[Verdict]:
         """Score (puzzle_id, response) pairs; responses without code are format failures and
-        are not run. Returns (reward, info) per pair, in input order.
+        are not run. Returns a verdict per pair, in input order.
 
-        `info["solved"]`: every test passed, or for a task without tests, the code equals the
+        `Verdict.solved`: every test passed, or for a task without tests, the code equals the
         oracle once normalised (formatting and comments aside)."""
         puzzles = [self.puzzles[pid] for pid, _ in items]
         extracted = [self.format.extract(text, p) for p, (_, text) in zip(puzzles, items)]
@@ -109,21 +108,12 @@ class CodeFixEnv:
                 solved = run is not None and run.all_passed
             else:
                 solved = code is not None and exact_match(code, puzzle.oracle)
-            info = {
-                "puzzle_id": puzzle.id,
-                "code": code,
-                "format_ok": code is not None,
-                "format_error": problem,
-                "solved": solved,
-                "passed": run.passed if run else 0,
-                "total": run.total if run else len(puzzle.tests),
-                "tests": [asdict(r) for r in run.results] if run else [],
-                "output": run.output if run else "",
-                "reward_parts": parts,
-            }
+            verdict = Verdict(puzzle.id, reward, solved, code, problem, parts,
+                              passed=run.passed if run else 0, total=run.total if run else len(puzzle.tests),
+                              tests=list(run.results) if run else [], output=run.output if run else "")
             if self.split is not None:
-                info.update(self._turn_outcome(puzzle, code, public.get(i), solved))
-            out.append((reward, info))
+                verdict = self._turn_outcome(verdict, puzzle, public.get(i))
+            out.append(verdict)
         return out
 
     def _errors(self, puzzles: list[Puzzle]) -> dict[str, str]:
@@ -140,20 +130,17 @@ class CodeFixEnv:
         return errors
 
     def _error_verdict(self, puzzle: Puzzle, code: str | None, problem: str | None,
-                       error: str) -> tuple[float, dict[str, Any]]:
+                       error: str) -> Verdict:
         """What an answer to a puzzle that cannot be scored gets: reward 0 (every part 0, so its
         group carries no signal), not solved, the error; with a split, no feedback (its episode
         ends here)."""
         weights = self.reward if puzzle.tests else self.reward_without_tests
-        info: dict[str, Any] = {
-            "puzzle_id": puzzle.id, "code": code, "format_ok": code is not None, "format_error": problem,
-            "solved": False, "passed": 0, "total": len(puzzle.tests), "tests": [], "output": "",
-            "reward_parts": dict.fromkeys(weights, 0.0), "error": error,
-        }
+        verdict = Verdict(puzzle.id, 0.0, False, code, problem, dict.fromkeys(weights, 0.0), passed=0,
+                          total=len(puzzle.tests), error=error)
         if self.split is not None:
-            info.update({"public_tests": list(self.split.public_indices(puzzle)), "public_passed": 0,
-                         "public_ok": False, "feedback": None})
-        return 0.0, info
+            verdict = dataclasses.replace(verdict, public_tests=list(self.split.public_indices(puzzle)),
+                                          public_passed=0, public_ok=False)
+        return verdict
 
     def _rewarded(self, puzzle: Puzzle, run: TestRun | None) -> TestRun | None:
         """The results the reward reads: all tests, or (split.reward_on hidden) the hidden ones.
@@ -169,16 +156,16 @@ class CodeFixEnv:
         chosen = [i for i in ran if views[i].tests]
         return dict(zip(chosen, self.scorer.run_many([(views[i], codes[i]) for i in chosen])))
 
-    def _turn_outcome(self, puzzle: Puzzle, code: str | None, public: TestRun | None, solved: bool) -> dict[str, Any]:
-        """What multi-turn repair needs of an answer: did it pass the public tests (a puzzle
-        without public tests: did it pass the hidden ones; then only that bit reaches the
-        model, as a generic message), and the feedback to show when it did not."""
+    def _turn_outcome(self, verdict: Verdict, puzzle: Puzzle, public: TestRun | None) -> Verdict:
+        """`verdict` with what multi-turn repair needs of an answer: did it pass the public tests
+        (a puzzle without public tests: did it pass the hidden ones; then only that bit reaches
+        the model, as a generic message), and the feedback to show when it did not."""
         indices = self.split.public_indices(puzzle)
         view = public_view(puzzle, indices)
-        ok = (public is not None and public.all_passed) if indices else solved
-        return {"public_tests": list(indices), "public_passed": public.passed if public else 0,
-                "public_ok": ok, "feedback": None if ok else
-                feedback_message(view, public, self.split, has_code=code is not None)}
+        ok = (public is not None and public.all_passed) if indices else verdict.solved
+        return dataclasses.replace(verdict, public_tests=list(indices), public_passed=public.passed if public else 0,
+                                   public_ok=ok, feedback=None if ok else
+                                   feedback_message(view, public, self.split, has_code=verdict.code is not None))
 
     def close(self) -> None:
         if self._own_scorer:

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from ..rl.passrates import PASSRATES_FILE, PassRates
+from ..runfiles import upgrade_history_line
 
 HOST = "127.0.0.1"
 PAGE_DIR = Path(__file__).with_name("watch_page")
@@ -277,8 +278,7 @@ class RunWatcher:
                 count[0] += bool(r.get("solved"))
                 count[1] += 1
                 count[2] += bool(r.get("error"))
-        # Records written before `errored` existed had no error verdicts: 0.
-        history = [{**h, "errored": h.get("errored") or 0} for h in history]
+        history = [upgrade_history_line(h) for h in history]  # `errored` in records made before it existed
         return _finite({
             "run_dir": str(self.run_dir), "run_name": values.get("run_name") or self.run_dir.name,
             "model": (values.get("model") or {}).get("spec"),

@@ -1,7 +1,7 @@
 """Alarms for runs that silently stop learning, from the run's history alone.
 
 Each check is a pure function of the history records written so far (`history.jsonl`: one
-dict per step, oldest first), the periodic evaluations' pass@1 and the thresholds of the
+`runfiles.StepRecord` per step, oldest first), the periodic evaluations' pass@1 and the thresholds of the
 config's `alarms` section; it returns a one-line message when the run looks broken in its way,
 or None. `new_alarms` runs them all after a step and keeps those that never tripped before
 (an alarm's earlier trips are read from the records' "alarms" lists), so each alarm is printed
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .config import AlarmConfig, Config
+from ..runfiles import StepRecord
 
-Record = dict[str, Any]
 EvalPoint = tuple[int, float]  # (step, pass@1 over every evaluated puzzle); step 0 = eval-before
 
 
@@ -38,20 +38,20 @@ class Alarm:
 
 # --- the checks ----------------------------------------------------------------------------------
 
-def no_gradient(history: Sequence[Record], settings: AlarmConfig) -> str | None:
+def no_gradient(history: Sequence[StepRecord], settings: AlarmConfig) -> str | None:
     """A step with completions in the loss whose gradient norm is exactly 0, or LoRA B matrices
     still all zero after the first update (the trainer's `lora_b_zero` check)."""
     last = history[-1]
-    if last.get("lora_b_zero") is True:
+    if last.lora_b_zero is True:
         return ("every LoRA B matrix is still exactly 0 after the first update: the adapters do not "
                 "change the model (check optim.lr and the LoRA setup)")
-    if last.get("grad_norm") == 0.0 and (last.get("loss_completions") or 0) > 0:
-        return (f"gradient norm exactly 0 with {last['loss_completions']} completions in the loss: no policy "
+    if last.grad_norm == 0.0 and (last.loss_completions or 0) > 0:
+        return (f"gradient norm exactly 0 with {last.loss_completions} completions in the loss: no policy "
                 "gradient reaches the trainable weights")
     return None
 
 
-def zero_variance(history: Sequence[Record], settings: AlarmConfig) -> str | None:
+def zero_variance(history: Sequence[StepRecord], settings: AlarmConfig) -> str | None:
     """Most groups without reward variance (nothing to learn from), several steps in a row."""
     recent = _last(history, settings.steps, "zero_var_frac")
     if recent is None or min(recent) < settings.zero_var_frac:
@@ -61,7 +61,7 @@ def zero_variance(history: Sequence[Record], settings: AlarmConfig) -> str | Non
             "or other tiers)")
 
 
-def truncation(history: Sequence[Record], settings: AlarmConfig) -> str | None:
+def truncation(history: Sequence[StepRecord], settings: AlarmConfig) -> str | None:
     """Many completions cut off at sampling.max_tokens, several steps in a row."""
     recent = _last(history, settings.steps, "truncation_rate")
     if recent is None or min(recent) < settings.truncation_rate:
@@ -70,7 +70,7 @@ def truncation(history: Sequence[Record], settings: AlarmConfig) -> str | None:
             "steps (raise sampling.max_tokens; with grpo.mask_truncated they also leave the loss)")
 
 
-def length_limit(history: Sequence[Record], settings: AlarmConfig, max_tokens: int) -> str | None:
+def length_limit(history: Sequence[StepRecord], settings: AlarmConfig, max_tokens: int) -> str | None:
     """The mean completion length, smoothed by a line fit over the last `window` steps (their
     mean before there are that many), at `length_frac` of the token limit: completions are
     running into it."""
@@ -86,24 +86,24 @@ def length_limit(history: Sequence[Record], settings: AlarmConfig, max_tokens: i
             f"sampling.max_tokens={max_tokens} (lengths are running into the limit)")
 
 
-def kl(history: Sequence[Record], settings: AlarmConfig) -> str | None:
+def kl(history: Sequence[StepRecord], settings: AlarmConfig) -> str | None:
     """The KL to the reference above `kl_max`: the policy runs away from the reference."""
-    value = history[-1].get("kl")
+    value = history[-1].kl
     if value is None or value <= settings.kl_max:
         return None
     return f"KL to the reference {value:.3g} > {settings.kl_max:g}: the policy is running away (lower optim.lr?)"
 
 
-def clip_frac(history: Sequence[Record], settings: AlarmConfig) -> str | None:
+def clip_frac(history: Sequence[StepRecord], settings: AlarmConfig) -> str | None:
     """More than `clip_frac_max` of the ratios clipped: updates are too large for the trust region."""
-    value = history[-1].get("clip_frac")
+    value = history[-1].clip_frac
     if value is None or value <= settings.clip_frac_max:
         return None
     return (f"{value:.0%} of the token ratios were clipped (> {settings.clip_frac_max:.0%}): updates are too "
             "large (lower optim.lr or grpo.num_iterations?)")
 
 
-def reward_vs_eval(history: Sequence[Record], evals: Sequence[EvalPoint], settings: AlarmConfig) -> str | None:
+def reward_vs_eval(history: Sequence[StepRecord], evals: Sequence[EvalPoint], settings: AlarmConfig) -> str | None:
     """The step reward rising while the periodic evaluation falls: the run learns its training
     puzzles' samples, not the task (or the evaluation set drifts away from training)."""
     if len(evals) < 2:
@@ -112,7 +112,7 @@ def reward_vs_eval(history: Sequence[Record], evals: Sequence[EvalPoint], settin
     best_step, best_score = max(earlier, key=lambda point: (point[1], -point[0]))
     if best_score - last_score < settings.eval_drop:
         return None
-    rewards = [h["reward_mean"] for h in history if best_step < h["step"] <= history[-1]["step"]]
+    rewards = [h.reward_mean for h in history if best_step < h.step <= history[-1].step]
     if len(rewards) < 2:
         return None
     slope, _ = line_fit(rewards)
@@ -125,7 +125,7 @@ def reward_vs_eval(history: Sequence[Record], evals: Sequence[EvalPoint], settin
 
 # --- running them --------------------------------------------------------------------------------
 
-def active_alarms(history: Sequence[Record], evals: Sequence[EvalPoint], settings: AlarmConfig,
+def active_alarms(history: Sequence[StepRecord], evals: Sequence[EvalPoint], settings: AlarmConfig,
                   max_tokens: int) -> list[Alarm]:
     """Every alarm whose condition holds at the last record of `history` (oldest first)."""
     if not history or not settings.enabled:
@@ -142,10 +142,10 @@ def active_alarms(history: Sequence[Record], evals: Sequence[EvalPoint], setting
     return [Alarm(name, message) for name, check in checks if (message := check()) is not None]
 
 
-def new_alarms(history: Sequence[Record], evals: Sequence[EvalPoint], settings: AlarmConfig,
+def new_alarms(history: Sequence[StepRecord], evals: Sequence[EvalPoint], settings: AlarmConfig,
                max_tokens: int) -> list[Alarm]:
     """The alarms that trip at the last record and never tripped in an earlier one."""
-    tripped = {a["name"] for h in history[:-1] for a in h.get("alarms", ())}
+    tripped = {a["name"] for h in history[:-1] for a in h.alarms or ()}
     return [a for a in active_alarms(history, evals, settings, max_tokens) if a.name not in tripped]
 
 
@@ -194,11 +194,11 @@ def lora_b_all_zero(model: Any) -> bool | None:
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _last(history: Sequence[Record], n: int, key: str) -> list[float] | None:
+def _last(history: Sequence[StepRecord], n: int, key: str) -> list[float] | None:
     """`key` of the last n records, or None when there are fewer or one lacks it."""
     if len(history) < n:
         return None
-    values = [h.get(key) for h in history[-n:]]
+    values = [getattr(h, key) for h in history[-n:]]
     return None if any(v is None for v in values) else [float(v) for v in values]
 
 
@@ -217,17 +217,15 @@ def line_fit(values: Sequence[float]) -> tuple[float, float]:
     return slope, mean_y + slope * (n - 1 - mean_x)
 
 
-def sound_alarms(history: list[dict[str, Any]], model: Any, cfg: Config, run_dir: Path,
+def sound_alarms(history: list[StepRecord], model: Any, cfg: Config, run_dir: Path,
                  log: Callable[[str], None]) -> None:
     """After a step (the last record of `history`): the one-time LoRA B check after the first
     update, then every alarm that trips for the first time, logged and added to the record."""
     record = history[-1]
-    if record["loss_completions"] and not any("lora_b_zero" in h for h in history):
-        zero = lora_b_all_zero(model)
-        if zero is not None:
-            record["lora_b_zero"] = zero
-    tripped = new_alarms(history, eval_points(run_dir, record["step"]), cfg.alarms, cfg.sampling.max_tokens)
+    if record.loss_completions and not any(h.lora_b_zero is not None for h in history):
+        record.lora_b_zero = lora_b_all_zero(model)  # None without LoRA: nothing recorded
+    tripped = new_alarms(history, eval_points(run_dir, record.step), cfg.alarms, cfg.sampling.max_tokens)
     if tripped:
-        record["alarms"] = as_records(tripped)
+        record.alarms = as_records(tripped)
     for alarm in tripped:
-        log(alarm.line(record["step"]))
+        log(alarm.line(record.step))

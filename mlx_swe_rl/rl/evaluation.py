@@ -121,14 +121,14 @@ def turn_totals(episodes: list[Episode], turns: int) -> dict[str, Any]:
     from ..env.rewards import normalise_source
 
     n = len(episodes)
-    solved_after = [sum(e.turns[min(t, len(e.turns)) - 1].info["solved"] for e in episodes) / n
+    solved_after = [sum(e.turns[min(t, len(e.turns)) - 1].verdict.solved for e in episodes) / n
                     for t in range(1, turns + 1)]
-    first_failed = [e for e in episodes if not e.turns[0].info["solved"]]
+    first_failed = [e for e in episodes if not e.turns[0].verdict.solved]
     answers = [t for e in episodes for t in e.turns]
-    public_ok = [t for t in answers if t.info.get("public_ok") and t.info.get("public_tests")]
+    public_ok = [t for t in answers if t.verdict.public_ok and t.verdict.public_tests]
     later = [(a, b) for e in episodes for a, b in zip(e.turns, e.turns[1:])]
-    same = sum(a.info["code"] is not None and b.info["code"] is not None
-               and normalise_source(a.info["code"]) == normalise_source(b.info["code"]) for a, b in later)
+    same = sum(a.verdict.code is not None and b.verdict.code is not None
+               and normalise_source(a.verdict.code) == normalise_source(b.verdict.code) for a, b in later)
     return {
         "turns": turns,
         "episodes": n,
@@ -136,7 +136,7 @@ def turn_totals(episodes: list[Episode], turns: int) -> dict[str, Any]:
         "solved_turn_1": solved_after[0],
         f"solved_within_{turns}": solved_after[-1],
         "fix_rate": sum(e.solved for e in first_failed) / len(first_failed) if first_failed else None,
-        "break_rate": sum(not t.info["solved"] for t in public_ok) / len(public_ok) if public_ok else None,
+        "break_rate": sum(not t.verdict.solved for t in public_ok) / len(public_ok) if public_ok else None,
         "identical_resubmissions": same / len(later) if later else None,
         "mean_turns": len(answers) / n,
         "dropped": sum(e.dropped for e in episodes),
@@ -157,7 +157,7 @@ def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Pu
         picks = []
         for e in range(samples):
             tries = group[e * n:(e + 1) * n]
-            picks.append(next((r for r in tries if r.info["public_ok"]), tries[-1]).solved)
+            picks.append(next((r for r in tries if r.verdict.public_ok), tries[-1]).solved)
         per_puzzle.append({"id": puzzle.id, "solved": sum(picks), "samples": samples})
     rates = [p["solved"] / p["samples"] for p in per_puzzle]
     mean, low, high = bootstrap_ci(rates)

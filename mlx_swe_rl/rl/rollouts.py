@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
+from ..env.verdict import Verdict
 from ..puzzles.format import Puzzle
 from ..models.chat import ChatFrame, render
 from ..models.sampling import EOS, Engine, Request, Sample, SampleStats, encode_chat
@@ -25,43 +26,46 @@ ALL_SOLVED, MIXED, ALL_FAILED = "all-solved", "mixed", "all-failed"
 
 @dataclass
 class Turn:
-    """One answer of an episode: the completion, its verdict (reward and the env's info; with a
-    test split, the public-test outcome and the feedback) and the ids that followed it (the
-    bridge to the next turn: its own end, the feedback as a user turn, the assistant header;
-    none after the last turn)."""
+    """One answer of an episode: the completion, the env's verdict on it (with a test split,
+    the public-test outcome and the feedback too) and the ids that followed it (the bridge to
+    the next turn: its own end, the feedback as a user turn, the assistant header; none after
+    the last turn)."""
 
     sample: Sample
-    reward: float
-    info: dict[str, Any]
+    verdict: Verdict
     bridge: list[int] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        return self.verdict.reward
 
     def record(self) -> dict[str, Any]:
         """The turn as JSON, the same keys in evaluation reports and rollouts.jsonl."""
-        s, info = self.sample, self.info
+        s, v = self.sample, self.verdict
         return {"text": s.text, "num_tokens": s.num_tokens, "finish": s.finish,
-                "code": info.get("code"), "public_ok": info.get("public_ok"), "public_passed": info.get("public_passed"),
-                "solved": info.get("solved"), "reward": self.reward,
-                "feedback": info.get("feedback") if self.bridge else None,
-                **({"error": _clip(info["error"], ERROR_CHARS)} if info.get("error") else {})}
+                "code": v.code, "public_ok": v.public_ok, "public_passed": v.public_passed,
+                "solved": v.solved, "reward": v.reward,
+                "feedback": v.feedback if self.bridge else None,
+                **({"error": _clip(v.error, ERROR_CHARS)} if v.error else {})}
 
 
 @dataclass
 class Episode:
     """One scored episode of one puzzle, always made of turns: one for a single-turn rollout, up
     to `max_turns` in multi-turn repair. `reward` and `solved` are its final verdict (the last
-    answer's, less the turn penalty); `info` is the last answer's. `dropped`: not to be trained
-    on (its ids did not match what the chat template renders)."""
+    answer's, less the turn penalty); `verdict` is the last answer's. `dropped`: not to be
+    trained on (its ids did not match what the chat template renders)."""
 
     puzzle_id: str
     turns: list[Turn]
     reward: float
-    solved: bool  # as the env decided it for the last answer (info["solved"])
+    solved: bool  # as the env decided it for the last answer (its verdict's)
     dropped: bool = False
 
     @classmethod
-    def single(cls, puzzle_id: str, sample: Sample, reward: float, solved: bool, info: dict[str, Any]) -> Episode:
+    def single(cls, sample: Sample, verdict: Verdict) -> Episode:
         """An episode of one answer, scored."""
-        return cls(puzzle_id, [Turn(sample, reward, info)], reward, solved)
+        return cls(verdict.puzzle_id, [Turn(sample, verdict)], verdict.reward, verdict.solved)
 
     @property
     def sample(self) -> Sample:
@@ -69,14 +73,14 @@ class Episode:
         return self.turns[-1].sample
 
     @property
-    def info(self) -> dict[str, Any]:
+    def verdict(self) -> Verdict:
         """The env's verdict on the last answer."""
-        return self.turns[-1].info
+        return self.turns[-1].verdict
 
     @property
     def error(self) -> str | None:
         """Why its puzzle could not be scored (an error verdict: reward 0), else None."""
-        return self.info.get("error")
+        return self.verdict.error
 
     @property
     def model_tokens(self) -> int:
@@ -96,21 +100,21 @@ class Episode:
     def record(self) -> dict[str, Any]:
         """A JSON-ready dict for evaluation reports: the last completion, extracted code, test
         results and the final reward, then every turn (`Turn.record`)."""
-        s = self.sample
+        s, v = self.sample, self.verdict
         return {
             "text": s.text,
             "num_tokens": s.num_tokens,
             "truncated": s.truncated,
             "finish": s.finish,
-            "code": self.info["code"],
-            "format_ok": self.info["format_ok"],
-            "format_error": self.info.get("format_error"),
+            "code": v.code,
+            "format_ok": v.format_ok,
+            "format_error": v.format_error,
             "reward": self.reward,
-            "reward_parts": self.info["reward_parts"],
+            "reward_parts": v.parts,
             "solved": self.solved,
-            "passed": self.info["passed"],
-            "total": self.info["total"],
-            "tests": self.info["tests"],
+            "passed": v.passed,
+            "total": v.total,
+            "tests": v.test_records(),
             **({"error": self.error} if self.error else {}),
             "turns": [t.record() for t in self.turns],
             "dropped": self.dropped,
@@ -128,9 +132,8 @@ class Episode:
             "text": self.sample.text,
             "num_tokens": self.sample.num_tokens,
             "truncated": self.sample.truncated,
-            "code": self.info.get("code"),
-            "tests": [{"status": t["status"], "detail": _clip(t.get("message", ""), DETAIL_CHARS)}
-                      for t in self.info.get("tests", [])],
+            "code": self.verdict.code,
+            "tests": [{"status": t.status, "detail": _clip(t.message, DETAIL_CHARS)} for t in self.verdict.tests],
             **({"error": _clip(self.error, ERROR_CHARS)} if self.error else {}),
             "turns": [t.record() for t in self.turns],
         }
@@ -230,7 +233,7 @@ class _Episodes:
         self.max_turns = max_turns
         self.frame = ChatFrame.of(tokenizer) if max_turns > 1 else None
         self.waiting: list[Sample] = []
-        self.verdicts: dict[int, tuple[float, dict[str, Any]]] = {}  # by id(sample)
+        self.verdicts: dict[int, Verdict] = {}  # by id(sample)
         self.bridges: dict[int, list[int]] = {}
         self.children: dict[int, Sample] = {}  # by id(parent sample)
         self.parents: dict[int, Sample] = {}  # a held later turn's previous answer, by engine sequence
@@ -265,15 +268,15 @@ class _Episodes:
         last turn allowed, or ids that do not match the template's rendering)."""
         if id(s) not in self.verdicts:
             self.score_waiting()
-        _, info = self.verdicts[id(s)]
+        verdict = self.verdicts[id(s)]
         turns = self.chain(s)
-        if info["public_ok"] or info.get("error"):  # an error verdict has no feedback to answer
+        if verdict.public_ok or verdict.error:  # an error verdict has no feedback to answer
             return None
-        bridge = self.frame.bridge(self.tokenizer, info["feedback"], s.finish == EOS)
+        bridge = self.frame.bridge(self.tokenizer, verdict.feedback, s.finish == EOS)
         messages = self.env.prompt_for(self.puzzles[s.prompt_index].id)
         for turn in turns:
             messages = messages + [{"role": "assistant", "content": turn.text},
-                                   {"role": "user", "content": self.verdicts[id(turn)][1]["feedback"]}]
+                                   {"role": "user", "content": self.verdicts[id(turn)].feedback}]
         ids = list(self.prompts[s.prompt_index])
         for turn in turns[:-1]:
             ids += turn.token_ids + self.bridges[id(turn)]
@@ -289,10 +292,10 @@ class _Episodes:
         turns = [first]
         while id(turns[-1]) in self.children:
             turns.append(self.children[id(turns[-1])])
-        records = [Turn(s, *self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
-        last = records[-1]
+        records = [Turn(s, self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
+        last = records[-1].verdict
         reward = last.reward - turn_penalty * (len(records) - 1)
-        return Episode(puzzle.id, records, reward, last.info["solved"], dropped=id(first) in self.mismatched)
+        return Episode(puzzle.id, records, reward, last.solved, dropped=id(first) in self.mismatched)
 
 
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
@@ -314,8 +317,7 @@ def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) 
 def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Episode]:
     """Score (puzzle, completion) pairs in one scorer call, as rollouts in the same order."""
     scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
-    return [Episode.single(p.id, s, reward, info["solved"], info)
-            for (p, s), (reward, info) in zip(pairs, scored)]
+    return [Episode.single(s, verdict) for (_, s), verdict in zip(pairs, scored)]
 
 
 def informative(group: list[Episode]) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -40,7 +40,7 @@ from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import GroupBatch, Policy, PromptStates, build_policy, completion_pass, prompt_states
 from ..puzzles.format import Puzzle
 from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
-from ..runfiles import HISTORY, ROLLOUTS, append_jsonl, read_history, write_json_atomic
+from ..runfiles import HISTORY, ROLLOUTS, StepRecord, append_jsonl, read_steps, write_json_atomic
 from .rollouts import Episode, RolloutBatch, collect_rollouts, informative, refill, refill_seed
 from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
                      training_puzzles)
@@ -121,9 +121,20 @@ def scorable(group: list[Episode]) -> bool:
     return not any(r.error for r in group)
 
 
-def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], dict[str, float]]:
+@dataclass(frozen=True)
+class LossCounts:
+    """What entered the loss this step, over all ranks of a data-parallel run."""
+
+    zero_var_frac: float  # groups left out: equal rewards (or, with dynamic sampling, not mixed) or errors
+    loss_completions: int
+    groups_sampled: int
+    groups_kept: int
+
+
+def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], LossCounts]:
     """Advantages per group, then the completions that carry signal, with per-completion weights.
-    The weights' normalisers and `info` count the whole step, over all ranks of a data-parallel run."""
+    The weights' normalisers and the counts cover the whole step, over all ranks of a
+    data-parallel run."""
     advantages, valid = [], []
     # A group with an error verdict (its puzzle could not be scored) says nothing about its
     # answers: its rewards are all 0, so it has no variance, and it counts as such regardless.
@@ -161,9 +172,9 @@ def loss_inputs(rollouts: RolloutBatch, cfg: Config) -> tuple[list[LossGroup], d
     for g in groups:
         g.weights = [next(weights) for _ in g.completions]
         g.stat_weights = [next(stat_weights) for _ in g.completions]
-    info = {"zero_var_frac": 1.0 - whole["valid"] / whole["groups"], "loss_completions": int(whole["kept"]),
-            "groups_sampled": int(whole["groups"]), "groups_kept": int(whole["valid"])}
-    return groups, info
+    counts = LossCounts(zero_var_frac=1.0 - whole["valid"] / whole["groups"], loss_completions=int(whole["kept"]),
+                        groups_sampled=int(whole["groups"]), groups_kept=int(whole["valid"]))
+    return groups, counts
 
 
 def no_grad_log_probs(model: nn.Module, micro: list[MicroBatch]) -> list[mx.array]:
@@ -299,7 +310,7 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
 
 
 def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list[Puzzle], step: int,
-             progress: bool = False, spare: list[Puzzle] = ()) -> tuple[dict[str, Any], RolloutBatch]:
+             progress: bool = False, spare: list[Puzzle] = ()) -> tuple[StepRecord, RolloutBatch]:
     """One GRPO step; returns the history record and the rollouts. Data-parallel, this rank
     samples its share of `puzzles` (its rollouts come back), and the record covers all ranks.
     With `train.dynamic_sampling` on (one process only), groups that cannot teach are replaced
@@ -325,60 +336,94 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
             if ds.enabled:
                 rollouts, extra = refill(rollouts, list(spare), ds.max_extra_groups or cfg.train.puzzles_per_step,
                                          draw)
-    groups, info = loss_inputs(rollouts, cfg)
+    groups, counts = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
-    stats: dict[str, float] = {}
-    if info["loss_completions"]:  # counted over all ranks: they all take part in the update
-        stats = run_updates(policy, optimizer, groups)
+    # counted over all ranks: they all take part in the update
+    losses = LossStats(**run_updates(policy, optimizer, groups)) if counts.loss_completions else LossStats()
     update_seconds = time.perf_counter() - update_start
-    flat = [r for group in rollouts.groups for r in group]
-    replacements = [r for group in rollouts.groups[len(rollouts.groups) - extra:] for r in group] if extra else []
-    total = dist.all_sum({"n": len(flat), "reward": sum(r.reward for r in flat), "solved": sum(r.solved for r in flat),
-                          "tokens": sum(r.model_tokens for r in flat),
-                          "extra_tokens": sum(r.model_tokens for r in replacements),
-                          "turns": sum(len(r.turns) for r in flat),
-                          "truncated": sum(r.sample.truncated for r in flat),
-                          "errored": sum(bool(r.error) for r in flat),
-                          "tokens_per_s": rollouts.stats.tokens_per_second})
-    slowest = dist.all_max({"sample_s": rollouts.stats.seconds, "prefill_s": rollouts.stats.prefill_seconds,
-                            "score_s": rollouts.score_seconds, "reference_s": stats.get("reference_s", 0.0),
-                            "optimizer_s": stats.get("optimizer_s", 0.0), "update_s": update_seconds,
-                            "peak_memory_gb": mx.get_peak_memory() / 1e9})
-    record = {
-        "step": step,
-        "reward_mean": total["reward"] / total["n"],
-        "solve_rate": total["solved"] / total["n"],
-        "loss": stats.get("loss"),
-        "policy_loss": stats.get("policy_loss"),
-        "kl": stats.get("kl"),
-        "entropy": stats.get("entropy"),
-        "clip_frac": stats.get("clip_frac"),
-        "grad_norm": stats.get("grad_norm"),
-        "zero_var_frac": info["zero_var_frac"],
-        "loss_completions": info["loss_completions"],
-        "groups_sampled": info["groups_sampled"],  # all of the step's groups, replacements included
-        "groups_kept": info["groups_kept"],  # the groups the loss read
-        "extra_groups": extra,  # replacement groups of dynamic sampling
-        "sampled_tokens": int(total["tokens"]),  # the model's tokens sampled this step
-        "extra_tokens": int(total["extra_tokens"]),  # those of the replacement groups
-        "completion_len": total["tokens"] / total["n"],  # the model's tokens per episode, all turns
-        "turns": total["turns"] / total["n"],
-        "truncation_rate": total["truncated"] / total["n"],
-        "errored": int(total["errored"]),  # episodes whose puzzle could not be scored (reward 0, no loss)
-        "tokens_per_s": total["tokens_per_s"],  # summed over the ranks
-        "lr": float(optimizer.learning_rate.item()) if isinstance(optimizer.learning_rate, mx.array)
-        else float(optimizer.learning_rate),
-        "sample_s": slowest["sample_s"],  # timings and memory: the slowest / largest rank
-        "prefill_s": slowest["prefill_s"],  # part of sample_s: the prompts' forwards
-        "score_s": slowest["score_s"],
-        "reference_s": slowest["reference_s"],  # old/reference log-prob forwards
-        "optimizer_s": slowest["optimizer_s"],  # part of update_s: the optimizer's updates
-        "update_s": slowest["update_s"],  # reference_s + forward/backward + optimizer_s
-        "step_s": time.perf_counter() - start,
-        "peak_memory_gb": slowest["peak_memory_gb"],
-        "puzzles": [p.id for p in puzzles] + [p.id for p in spare[:extra]],
-    }
-    return record, rollouts
+    episodes = EpisodeTotals.of(rollouts, extra)
+    timings = StepTimings.of(rollouts, losses, update_seconds)
+    return StepRecord(
+        step=step, reward_mean=episodes.reward / episodes.n, solve_rate=episodes.solved / episodes.n,
+        loss=losses.loss, policy_loss=losses.policy_loss, kl=losses.kl, entropy=losses.entropy,
+        clip_frac=losses.clip_frac, grad_norm=losses.grad_norm,
+        zero_var_frac=counts.zero_var_frac, loss_completions=counts.loss_completions,
+        groups_sampled=counts.groups_sampled, groups_kept=counts.groups_kept, extra_groups=extra,
+        sampled_tokens=int(episodes.tokens), extra_tokens=int(episodes.extra_tokens),
+        completion_len=episodes.tokens / episodes.n, turns=episodes.turns / episodes.n,
+        truncation_rate=episodes.truncated / episodes.n, errored=int(episodes.errored),
+        tokens_per_s=episodes.tokens_per_s, lr=learning_rate(optimizer),
+        sample_s=timings.sample_s, prefill_s=timings.prefill_s, score_s=timings.score_s,
+        reference_s=timings.reference_s, optimizer_s=timings.optimizer_s, update_s=timings.update_s,
+        step_s=time.perf_counter() - start, peak_memory_gb=timings.peak_memory_gb,
+        puzzles=[p.id for p in puzzles] + [p.id for p in spare[:extra]],
+    ), rollouts
+
+
+@dataclass(frozen=True)
+class LossStats:
+    """The update's diagnostics (`run_updates`); all None in a step without completions in the
+    loss (no update), `kl` also when beta is 0."""
+
+    loss: float | None = None
+    policy_loss: float | None = None
+    kl: float | None = None
+    entropy: float | None = None
+    clip_frac: float | None = None
+    grad_norm: float | None = None
+    reference_s: float = 0.0
+    optimizer_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EpisodeTotals:
+    """Sums over the step's episodes, over all ranks (`tokens_per_s` too: the ranks sample side by side)."""
+
+    n: float
+    reward: float
+    solved: float
+    tokens: float  # the model's tokens, every turn
+    extra_tokens: float  # those of dynamic sampling's replacement groups (the last `extra`)
+    turns: float
+    truncated: float
+    errored: float
+    tokens_per_s: float
+
+    @classmethod
+    def of(cls, rollouts: RolloutBatch, extra: int) -> EpisodeTotals:
+        flat = [r for group in rollouts.groups for r in group]
+        replacements = [r for group in rollouts.groups[len(rollouts.groups) - extra:] for r in group] if extra else []
+        mine = cls(n=len(flat), reward=sum(r.reward for r in flat), solved=sum(r.solved for r in flat),
+                   tokens=sum(r.model_tokens for r in flat), extra_tokens=sum(r.model_tokens for r in replacements),
+                   turns=sum(len(r.turns) for r in flat), truncated=sum(r.sample.truncated for r in flat),
+                   errored=sum(bool(r.error) for r in flat), tokens_per_s=rollouts.stats.tokens_per_second)
+        return cls(**dist.all_sum(asdict(mine)))
+
+
+@dataclass(frozen=True)
+class StepTimings:
+    """Seconds and peak memory of the step's phases: the slowest / largest rank's."""
+
+    sample_s: float
+    prefill_s: float  # part of sample_s: the prompts' forwards
+    score_s: float
+    reference_s: float  # old/reference log-prob forwards
+    optimizer_s: float  # part of update_s: the optimizer's updates
+    update_s: float  # reference_s + forward/backward + optimizer_s
+    peak_memory_gb: float
+
+    @classmethod
+    def of(cls, rollouts: RolloutBatch, losses: LossStats, update_seconds: float) -> StepTimings:
+        mine = cls(sample_s=rollouts.stats.seconds, prefill_s=rollouts.stats.prefill_seconds,
+                   score_s=rollouts.score_seconds, reference_s=losses.reference_s, optimizer_s=losses.optimizer_s,
+                   update_s=update_seconds, peak_memory_gb=mx.get_peak_memory() / 1e9)
+        return cls(**dist.all_max(asdict(mine)))
+
+
+def learning_rate(optimizer: optim.Optimizer) -> float:
+    """The learning rate the step's last update used (a schedule's value, or the constant)."""
+    lr = optimizer.learning_rate
+    return float(lr.item()) if isinstance(lr, mx.array) else float(lr)
 
 
 # --- the whole run -----------------------------------------------------------------------------
@@ -386,7 +431,7 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
 @dataclass
 class RunResult:
     run_dir: Path
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[StepRecord] = field(default_factory=list)
     eval_before: dict[str, Any] | None = None
     eval_after: dict[str, Any] | None = None
 
@@ -443,7 +488,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                                               may_calibrate=checkpoint is None, progress=progress, log=log)
         if resume and main:
             start_step = resume_from(run_dir, checkpoint, policy.model, optimizer, log)
-        seen = read_history(run_dir, missing_ok=True) if main and start_step else []  # for the alarms
+        # for the alarms and the token total; records of older runs are upgraded as they are read
+        seen = read_steps(run_dir, cfg.sampling.group_size, missing_ok=True) if main and start_step else []
         state = None
         if main:  # the pass rates at the checkpoint's step (the live file may be later: it is not read)
             state = restore(run_dir, checkpoint, start_step, [p.id for p in puzzles], cfg.train.pass_rate_decay,
@@ -451,7 +497,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             write_json_atomic(run_dir / PASSRATES_FILE, state)
         start_step = dist.sync_ranks(policy.model, optimizer, start_step)
         rates = PassRates.from_json(dist.all_gather_json(state)[0])  # rank 0's, on every rank
-        tokens_total = int(dist.broadcast({"tokens": sum(sampled_tokens(h, cfg) for h in seen)})["tokens"])
+        tokens_total = int(dist.broadcast({"tokens": sum(h.sampled_tokens for h in seen)})["tokens"])
         if cfg.train.order == "learnable" and cfg.train.puzzles_per_step > len(puzzles):
             log(f"train.order=learnable: {len(puzzles)} training puzzles, fewer than train.puzzles_per_step="
                 f"{cfg.train.puzzles_per_step}: each step samples every puzzle once")
@@ -463,8 +509,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
         for step in range(start_step + 1, cfg.train.steps + 1):
             chosen, spare = choose(cfg, puzzles, rates, step)
             record, rollouts = run_step(policy, optimizer, env, chosen, step, progress, spare)
-            tokens_total += record["sampled_tokens"]
-            record["tokens_total"] = tokens_total  # learning per sampled token: the x-axis of figures
+            tokens_total += record.sampled_tokens
+            record.tokens_total = tokens_total  # learning per sampled token: the x-axis of figures
             groups = dist.unshard([[{"step": step, **r.summary()} for r in group] for group in rollouts.groups])
             rates.observe(step, [line for group in groups for line in group])
             if main:
@@ -472,7 +518,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
                 alarms.sound_alarms(seen, policy.model, cfg, run_dir, log)
             result.history.append(record)
             if main:
-                append_jsonl(run_dir / HISTORY, [record])
+                append_jsonl(run_dir / HISTORY, [record.to_json()])
                 append_jsonl(run_dir / ROLLOUTS, [line for group in groups for line in group])
                 write_json_atomic(run_dir / PASSRATES_FILE, rates.to_json())
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps:
@@ -480,8 +526,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
                 evaluate_run(*evaluated, f"step-{step:04d}", f"step-{step}", progress, log)
             if bar is not None:
-                bar.set_postfix(reward=f"{record['reward_mean']:.2f}", solved=f"{record['solve_rate']:.2f}",
-                                kl=f"{record['kl'] or 0:.3f}", s=f"{record['step_s']:.0f}", refresh=False)
+                bar.set_postfix(reward=f"{record.reward_mean:.2f}", solved=f"{record.solve_rate:.2f}",
+                                kl=f"{record.kl or 0:.3f}", s=f"{record.step_s:.0f}", refresh=False)
                 bar.update(1)
             if stop_after is not None and step >= stop_after:
                 return result
@@ -498,11 +544,9 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
 
 
 def sampled_tokens(record: dict[str, Any], cfg: Config) -> int:
-    """The model tokens a history record's step sampled. Records written before
-    `sampled_tokens` existed give them as mean length x episodes (G per puzzle)."""
-    if "sampled_tokens" in record:
-        return int(record["sampled_tokens"])
-    return round((record.get("completion_len") or 0.0) * cfg.sampling.group_size * len(record.get("puzzles") or []))
+    """The model tokens a history.jsonl line's step sampled, estimated for lines written before
+    `sampled_tokens` existed (`StepRecord.from_json`)."""
+    return StepRecord.from_json(record, cfg.sampling.group_size).sampled_tokens
 
 
 def _quiet(_: str) -> None:
