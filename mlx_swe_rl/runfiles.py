@@ -177,8 +177,10 @@ def truncate_after_step(path: Path, last_step: int) -> None:
     Path(path).write_text("".join(json.dumps(record) + "\n" for record in keep))
 
 
-def run_metadata(model_spec: str, adapter: Path | None, dtype: str) -> dict[str, Any]:
-    """What produced a result file: model, adapter, software and machine."""
+def run_metadata(model_spec: str, adapter: Path | None, dtype: str, model_patches: list[str]) -> dict[str, Any]:
+    """What produced a result file: model, adapter, software and machine, and the mlx-lm
+    functions the model ran replaced (`models.fastmath.patched()`: the code that ran is not
+    all in mlx-lm's architecture files)."""
     import mlx.core as mx
 
     from . import __version__
@@ -189,6 +191,7 @@ def run_metadata(model_spec: str, adapter: Path | None, dtype: str) -> dict[str,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mlx_swe_rl": __version__, "mlx": mx.__version__, "device": str(mx.default_device()),
         "blas": blas_in_use(), "python": sys.version.split()[0], "machine": platform.machine(),
+        "model_patches": model_patches,
     }
 
 

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from mlx_swe_rl.cli.eval import main
+from mlx_swe_rl.models import fastmath
 from mlx_swe_rl.rl.evaluation import pass_at_k, totals
 from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.rl.config import SamplingPlan
@@ -115,6 +116,7 @@ def test_eval_command_writes_report(greedy_run, easy_ids, tiny_model_dir):
     assert meta["model"] == str(tiny_model_dir)
     assert meta["mlx"] == mx.__version__
     assert meta["blas"] and meta["dtype"] == "float32" and meta["adapter"] is None
+    assert meta["model_patches"] == fastmath.patched()  # what the model ran besides mlx-lm's own code
     assert report["settings"] == {"samples": 1, "temperature": 0.0, "max_tokens": 8, "seed": 0,
                                   "stop_after_answer": True}
     assert report["timing"]["generated_tokens"] == sum(

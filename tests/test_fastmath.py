@@ -74,6 +74,33 @@ def test_install_swaps_mlx_lm_ops_and_the_model_agrees(tiny_model, monkeypatch):
     assert fastmath.wanted() is True
 
 
+def test_patched_names_exactly_the_replaced_mlx_lm_functions():
+    try:
+        fastmath.install(False)
+        assert fastmath.patched() == []
+        fastmath.install(True)
+        assert fastmath.patched() == [f"mlx_lm.models.{m}.{f}" for m in ("llama", "qwen2")
+                                      for f in ("swiglu", "scaled_dot_product_attention")]
+    finally:
+        fastmath.install()
+
+
+def test_load_model_applies_the_patches_the_variable_asks_for(tiny_model_dir, monkeypatch):
+    """The patches are applied where a model is built (models.specs.load_model), as
+    MLX_SWE_RL_FAST_MATH says; `describe` names the state for people."""
+    from mlx_swe_rl.models.specs import load_model
+
+    try:
+        for setting, expected in (("0", False), ("1", True)):
+            monkeypatch.setenv(fastmath.ENV_VAR, setting)
+            load_model(str(tiny_model_dir), progress=False)
+            assert fastmath.installed() is expected and bool(fastmath.patched()) is expected
+            assert fastmath.describe().startswith("on" if expected else "off")
+    finally:
+        monkeypatch.delenv(fastmath.ENV_VAR)
+        fastmath.install()
+
+
 @pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
 def test_decode_attention_matches_the_fused_kernel(mask):
     """One query per sequence, grouped-query heads (9 query heads on 3 KV heads), masks as a

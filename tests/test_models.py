@@ -310,6 +310,18 @@ def test_info_command(cache):
     assert f"model cache  {cache}" in result.output
     assert cache_dir() == cache
     assert "smollm2-135m" in result.output and "not fetched yet" in result.output
+    assert "fast math    " in result.output  # the model patches a loaded model gets
+
+
+def test_info_names_the_model_patches_and_their_switch(cache, monkeypatch):
+    """`info` says whether a loaded model runs fastmath.py's ops, and how to switch them."""
+    monkeypatch.setenv("MLX_SWE_RL_FAST_MATH", "0")
+    off = CliRunner().invoke(main, ["info"]).output
+    assert "fast math    off (MLX_SWE_RL_FAST_MATH set; MLX_SWE_RL_FAST_MATH=1 forces it on)" in off
+    monkeypatch.setenv("MLX_SWE_RL_FAST_MATH", "1")
+    on = next(line for line in CliRunner().invoke(main, ["info"]).output.splitlines() if line.startswith("fast math"))
+    assert "on (MLX_SWE_RL_FAST_MATH set; MLX_SWE_RL_FAST_MATH=0 turns it off)" in on
+    assert "swiglu" in on and "llama" in on and "qwen2" in on and "models/fastmath.py" in on
 
 
 # ---------------------------------------------------------------------------------- the hub

@@ -23,6 +23,7 @@ import mlx_swe_rl.rl.policy as policy_module
 import mlx_swe_rl.rl.rundir as rundir
 import mlx_swe_rl.rl.trainer as trainer_module
 from mlx_swe_rl.env.verdict import Verdict
+from mlx_swe_rl.models import fastmath
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_probs, lora_layers, prepare_policy
 from mlx_swe_rl.rl.rollouts import collect_rollouts
@@ -423,9 +424,13 @@ def test_cli_end_to_end_with_the_sandbox(tmp_path, tiny_model_dir):
     rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 * 2 * 2 and {r["step"] for r in rollouts} == {1, 2}
     assert load_config(run_dir / "config.yaml").train.steps == 2
+    # the model patches are named in the config record (a comment: it still loads) and the results
+    first = (run_dir / "config.yaml").read_text().splitlines()[0]
+    assert first == f"# model patches (fast math): {fastmath.describe()}"
     for name in ("eval-before.json", "eval-after.json"):
         report = json.loads((run_dir / name).read_text())
         assert report["meta"]["eval"] == name[5:-5] and report["totals"]
+        assert report["meta"]["model_patches"] == fastmath.patched()
     assert json.loads((run_dir / "adapter_config.json").read_text())["fine_tune_type"] == "lora"
     model, tokenizer = load(str(tiny_model_dir), adapter_path=str(run_dir))
     text = generate(model, tokenizer, prompt="def f(x):", max_tokens=4)

@@ -343,11 +343,13 @@ def check(directory: Path | None, public_tests: float, sandbox: dict) -> None:
 
 @main.command()
 def info() -> None:
-    """Show the MLX version, device, BLAS in use and the model cache location."""
+    """Show the MLX version, device, BLAS in use, the model patches (fast math) a loaded model gets
+    and the model cache location."""
     import mlx.core as mx
 
     from .. import __version__
     from ..blas import blas_in_use
+    from ..models import fastmath
     from ..models.specs import BUILTIN_MODELS, auto_dtype, cache_dir
     from ..sandbox.pool import Sandbox
 
@@ -356,6 +358,7 @@ def info() -> None:
     click.echo(f"device       {mx.default_device()}")
     click.echo(f"dtype auto   {auto_dtype()} (model.dtype / --dtype auto on this device)")
     click.echo(f"BLAS         {blas_in_use()}")
+    click.echo(f"fast math    {fastmath.describe()}")  # model patches applied as a model is loaded
     click.echo(f"model cache  {cache_dir()}")
     with Sandbox(1, confinement="auto") as box:
         click.echo(f"sandbox      {box.confinement}")

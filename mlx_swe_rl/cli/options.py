@@ -240,6 +240,7 @@ def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: lis
     `run(model, tokenizer, env)`, and return its report with the run's metadata in front."""
     from ..env.codefix import CodeFixEnv
     from ..env.prompts import PromptStyle
+    from ..models import fastmath
     from ..models.specs import resolve_dtype
     from ..runfiles import run_metadata
 
@@ -253,6 +254,6 @@ def model_report(model_spec: str, adapter: Path | None, dtype: str, puzzles: lis
             report = run(model, tokenizer, env)
         except ChatTemplateError as exc:
             fail(f"{model_spec}: {exc}")
-    meta = {**run_metadata(model_spec, adapter, resolve_dtype(dtype)), "format": answer_format,
+    meta = {**run_metadata(model_spec, adapter, resolve_dtype(dtype), fastmath.patched()), "format": answer_format,
             "prompt": {"template": style.template, "system": style.system}}
     return {"meta": meta, **report}

@@ -14,9 +14,12 @@ rather than 0, inputs above 88 give exp(88).
 
 `install()` points mlx-lm's Llama and Qwen2 MLPs at `swiglu` here, and their attention at
 `decode_attention` (which handles decode steps, and prompt prefills inside `inference()`,
-itself and passes everything else on). It is on by default only where it pays (the CPU
-device on x86-64); on Apple Silicon and GPUs MLX's own kernels are used.
-`MLX_SWE_RL_FAST_MATH=1` / `=0` forces it on or off. Attention over training-length queries
+itself and passes everything else on). So the code that runs is not all in mlx-lm's
+architecture files: `models.specs.load_model` installs it as it builds a model, and says so
+(`patched()` names the functions replaced; `mlx-swe-rl info`, the training log, config.yaml's
+header and every result file's metadata show them). It is on by default only where it pays
+(the CPU device on x86-64); on Apple Silicon and GPUs MLX's own kernels are used.
+`MLX_SWE_RL_FAST_MATH=1` / `=0` (`ENV_VAR`) forces it on or off. Attention over training-length queries
 that are differentiated, and the vocabulary log-softmax, were tried too and lost to MLX's
 single fused primitives (slower, or several times the memory), so they are left alone; see
 bench/NOTES.md.
@@ -161,9 +164,12 @@ REPLACEMENTS = {"swiglu": swiglu, "scaled_dot_product_attention": decode_attenti
 _originals: dict[tuple[str, str], Any] = {}  # (module name, attribute) -> mlx-lm's own function
 
 
+ENV_VAR = "MLX_SWE_RL_FAST_MATH"
+
+
 def wanted() -> bool:
     """Whether the fast path should be used: `MLX_SWE_RL_FAST_MATH` if set, else the CPU on x86-64."""
-    setting = os.environ.get("MLX_SWE_RL_FAST_MATH", "").strip().lower()
+    setting = os.environ.get(ENV_VAR, "").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
     if setting in ("1", "true", "yes", "on"):
@@ -191,3 +197,25 @@ def installed() -> bool:
     import mlx_lm.models.llama as llama
 
     return llama.swiglu is swiglu
+
+
+def patched() -> list[str]:
+    """The mlx-lm functions this module's ops replace right now ("module.function"), in a fixed
+    order; empty when mlx-lm runs its own."""
+    import importlib
+
+    return [f"{name}.{attr}" for name in PATCHED_MODULES for attr, fast in REPLACEMENTS.items()
+            if getattr(importlib.import_module(name), attr) is fast]
+
+
+def describe(enabled: bool | None = None) -> str:
+    """One line for people: whether the fast path is (`enabled` None: would be, by `wanted()`)
+    in use, what it replaces and how to switch it."""
+    enabled = wanted() if enabled is None else enabled
+    why = f"{ENV_VAR} set" if os.environ.get(ENV_VAR, "").strip() else "default for this device"
+    if not enabled:
+        return f"off ({why}; {ENV_VAR}=1 forces it on)"
+    replaced = ", ".join(REPLACEMENTS)
+    modules = ", ".join(name.rsplit(".", 1)[1] for name in PATCHED_MODULES)
+    return (f"on ({why}; {ENV_VAR}=0 turns it off): mlx-lm's {replaced} in {modules} replaced by "
+            "mlx_swe_rl/models/fastmath.py")

@@ -142,7 +142,11 @@ def resolve_model(spec: str, *, progress: bool = True) -> Path:
 def load_model(spec: str, *, adapter: str | Path | None = None, dtype: str | None = None,
                progress: bool = True) -> tuple[Any, Any]:
     """Load (model, tokenizer) for `spec` with mlx-lm; optionally apply LoRA adapters and cast
-    floating-point weights to `dtype` ("auto": the device's choice; quantized weights stay quantized)."""
+    floating-point weights to `dtype` ("auto": the device's choice; quantized weights stay quantized).
+
+    Then the model patches: on x86 CPUs (or as `MLX_SWE_RL_FAST_MATH` says) mlx-lm's Llama and
+    Qwen2 run fastmath.py's SwiGLU and decode attention instead of their own; `fastmath.patched()`
+    names what was replaced, and callers show it (the training log, result metadata)."""
     import mlx.core as mx
     from mlx_lm import load
 
@@ -159,9 +163,9 @@ def load_model(spec: str, *, adapter: str | Path | None = None, dtype: str | Non
     if dtype is not None:
         model.set_dtype(getattr(mx, dtype))
         mx.eval(model.parameters())
-    from .fastmath import install
+    from . import fastmath
 
-    install()  # exp-heavy ops that MLX's x86 CPU build runs slowly (fastmath.py)
+    fastmath.install()  # exp-heavy ops that MLX's x86 CPU build runs slowly
     return model, tokenizer
 
 

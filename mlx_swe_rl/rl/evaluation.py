@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
+from ..models import fastmath
 from ..puzzles.format import Puzzle
 from .rollouts import Episode, collect_rollouts
 from .config import Config, SamplingPlan
@@ -100,7 +101,8 @@ def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzz
         run_dir = cfg.run_dir
         model.eval()
         report = evaluate(model, tokenizer, env, puzzles, cfg.eval_sampling(), progress=progress)
-        report = {"meta": {**run_metadata(cfg.model.spec, run_dir, cfg.model.dtype), "eval": name}, **report}
+        meta = run_metadata(cfg.model.spec, run_dir, cfg.model.dtype, fastmath.patched())
+        report = {"meta": {**meta, "eval": name}, **report}
         before_path = run_dir / "eval-before.json"
         if name == "after" and before_path.is_file():
             report["change_vs_before"] = compare_reports(json.loads(before_path.read_text()), report)

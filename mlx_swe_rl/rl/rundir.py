@@ -19,6 +19,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from .config import AlarmConfig, Config, ConfigError, load_config, to_dict
 from .policy import load_trainable, save_adapters
+from ..models import fastmath
 from ..puzzles.format import Puzzle
 from . import distributed as dist
 from . import memory
@@ -128,7 +129,10 @@ def open_run_dir(run_dir: Path, cfg: Config, resume: bool) -> Path | None:
     elif checkpoint is not None or (run_dir / HISTORY).exists():
         raise TrainingError(f"{run_dir} already holds a run: pass --resume, or choose another run_name")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    # A comment, so the config still reads as one: the model patches the run's model gets (as
+    # it is loaded, models.specs.load_model) are no setting, but they are part of what ran.
+    header = f"# model patches (fast math): {fastmath.describe()}\n"
+    (run_dir / "config.yaml").write_text(header + yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return checkpoint
 
 

@@ -465,6 +465,7 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     checkpoint = open_run_dir(run_dir, cfg, resume) if main else None
 
     policy = build_policy(cfg)
+    log(f"model patches (fast math): {fastmath.describe(fastmath.installed())}")
     optimizer = make_optimizer(cfg)
     start_step = 0
     result = RunResult(run_dir)
