@@ -27,7 +27,7 @@ GPL = "GNU GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n"
 
 MODULE = '''
 import math
-import os
+import socket
 
 
 def shout(word):
@@ -62,11 +62,11 @@ def double(x):
     return result
 
 
-def parent_name(path):
-    # reads `os`, which forged code may not import: not self-contained
-    head = os.path.dirname(path)
-    name = os.path.basename(head)
-    return name
+def host_label(prefix):
+    # reads `socket`, which the sandbox refuses: not self-contained
+    name = socket.gethostname()
+    label = prefix + name
+    return label
 
 
 def hypotenuse(a, b):
@@ -87,6 +87,8 @@ def make_tree(root: Path, licence: str = MIT) -> Path:
     (root / "pkg" / "shapes.py").write_text(MODULE)
     (root / "tests").mkdir()
     (root / "tests" / "test_shapes.py").write_text("def test_nothing():\n    assert True\n")
+    (root / "pkg" / "_vendor").mkdir()
+    (root / "pkg" / "_vendor" / "other.py").write_text(MODULE)  # someone else's, under its own licence
     return root
 
 
@@ -104,7 +106,7 @@ def by_name(result):
     return {s.entry_point: s for s in result.seeds}
 
 
-def test_the_tree_is_a_permissive_source_without_its_tests(tree):
+def test_the_tree_is_a_permissive_source_without_its_tests_or_vendored_code(tree):
     source = tree_source(tree)
     assert source.name == "widgets" and source.licence == "MIT" and source.permissive
     assert [p.name for p in source.files] == ["shapes.py"]
@@ -113,7 +115,7 @@ def test_the_tree_is_a_permissive_source_without_its_tests(tree):
 def test_self_contained_candidates(tree):
     scan = scan_file(tree / "pkg" / "shapes.py", tree, "widgets")
     names = [c.name for c in scan.candidates]
-    assert names == ["shout", "clamp", "double"]  # parent_name reads os, hypotenuse calls _round
+    assert names == ["shout", "clamp", "double"]  # host_label reads socket, hypotenuse calls _round
     assert dict(scan.counts) == {"functions": 5, "sized": 5, "self_contained": 3}
     assert scan.candidates[0].seed_id == "widgets__pkg_shapes__shout" and scan.candidates[0].module == "pkg.shapes"
 
@@ -162,6 +164,31 @@ def test_the_forge_reads_the_seeds_and_holds_out_whole_functions(harvested, scor
     for p in result.puzzles:
         splits.setdefault(p.entry_point, set()).add(p.split)
     assert all(len(s) == 1 for s in splits.values())  # every mutant of a function on one side
+
+
+def test_standard_library_imports_travel_with_the_code(tmp_path):
+    (tmp_path / "paths.py").write_text(textwrap.dedent('''
+        import os.path
+        import subprocess
+        from json import dumps as to_json
+
+
+        def stem_of(path):
+            base = os.path.basename(path)
+            stem = base.split(".")[0]
+            data = to_json(stem)
+            return data
+
+
+        def run(args):
+            proc = subprocess.run(args)
+            code = proc.returncode
+            text = str(code)
+            return text
+    '''))
+    scan = scan_file(tmp_path / "paths.py", tmp_path, "t")
+    assert [c.name for c in scan.candidates] == ["stem_of"]  # subprocess is refused in the sandbox
+    assert scan.candidates[0].code.startswith("from json import dumps as to_json\nimport os.path\n\n\ndef stem_of")
 
 
 def test_inputs_are_seeded_and_typed():

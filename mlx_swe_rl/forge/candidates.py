@@ -8,8 +8,10 @@ A function is a candidate when it is:
   change what the name is bound to);
 - 5 to 40 lines long (from `def` to its last line, docstring included);
 - self-contained: every name it reads is a builtin, one it binds itself, or a name the
-  module imports from a module the sandbox lets forged code import (`doctests.needed_imports`:
-  those imports travel with the code); no `global`/`nonlocal`, no import of another module;
+  module imports from a standard-library module the sandbox lets candidates import
+  (`sandbox_importable`: not one it refuses, such as socket or subprocess, nor a private or
+  GUI one; `doctests.needed_imports`: those imports travel with the code); no
+  `global`/`nonlocal`, no import of another module (third-party or the package's own);
 - free of builtins that read the world or the process (`open`, `input`, `print`, `eval`,
   `id`, `hash`...): their results say nothing a test could pin down.
 
@@ -20,10 +22,12 @@ strings), from which `recorded` chooses inputs.
 from __future__ import annotations
 
 import ast
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..sandbox.worker import NO_PRELOAD, REFUSED, listed
 from .doctests import module_imports, needed_imports
 from .sources import slug
 
@@ -57,6 +61,13 @@ class FileScan:
 
     candidates: list[Candidate] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
+
+
+def sandbox_importable(module: str) -> bool:
+    """A standard-library module every sandboxed run can import (the worker preloads it)."""
+    top = module.split(".")[0]
+    return (top in sys.stdlib_module_names and not top.startswith("_") and top not in NO_PRELOAD
+            and listed(module, REFUSED) is None)
 
 
 def module_name(relative: Path) -> str:
@@ -105,7 +116,7 @@ def scan_file(path: Path, root: Path, source: str) -> FileScan:
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
         return scan
     relative = path.relative_to(root)
-    future, imports = module_imports(tree)
+    future, imports = module_imports(tree, sandbox_importable)
     lines = text.splitlines()
     module_literals: list | None = None
     for node in tree.body:
@@ -117,7 +128,7 @@ def scan_file(path: Path, root: Path, source: str) -> FileScan:
             continue
         scan.counts["sized"] += 1
         function = "\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n"
-        needed = needed_imports(function, imports)
+        needed = needed_imports(function, imports, sandbox_importable)
         if needed is None or uses_unfit_builtin(node):
             continue
         scan.counts["self_contained"] += 1

@@ -24,6 +24,7 @@ import builtins
 import doctest
 import re
 import textwrap
+from typing import Callable
 
 from ..puzzles.testplan import TestSyntaxError, plan_test
 from ..sandbox.worker import PRELOADED
@@ -39,7 +40,10 @@ def allowed_module(name: str) -> bool:
     return name in ALLOWED_MODULES
 
 
-def module_imports(tree: ast.Module) -> tuple[list[str], dict[str, str]]:
+Allowed = Callable[[str], bool]  # which modules code may import and stay self-contained
+
+
+def module_imports(tree: ast.Module, allowed: Allowed = allowed_module) -> tuple[list[str], dict[str, str]]:
     """The module's `from __future__` lines, and {bound name: import line} for its top-level
     imports of allowed modules (`import x`, `import x as y`, `from x import a as b`)."""
     future: list[str] = []
@@ -49,9 +53,9 @@ def module_imports(tree: ast.Module) -> tuple[list[str], dict[str, str]]:
             future.append(ast.unparse(node))
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if allowed_module(alias.name):  # `import a.b` binds `a`
+                if allowed(alias.name):  # `import a.b` binds `a`
                     names[alias.asname or alias.name.split(".")[0]] = ast.unparse(ast.Import([alias]))
-        elif isinstance(node, ast.ImportFrom) and not node.level and allowed_module(node.module or ""):
+        elif isinstance(node, ast.ImportFrom) and not node.level and allowed(node.module or ""):
             for alias in node.names:
                 if alias.name != "*":
                     names[alias.asname or alias.name] = ast.unparse(ast.ImportFrom(node.module, [alias], 0))
@@ -63,7 +67,7 @@ def _arguments(args: ast.arguments) -> set[str]:
     return {a.arg for a in every}
 
 
-def free_names(tree: ast.AST) -> set[str] | None:
+def free_names(tree: ast.AST, allowed: Allowed = allowed_module) -> set[str] | None:
     """Names `tree` reads and does not bind itself (scopes flattened: any binding anywhere
     in it counts). None when it declares `global`/`nonlocal` or imports a module the
     sandbox does not allow: such code depends on more than itself."""
@@ -87,21 +91,21 @@ def free_names(tree: ast.AST) -> set[str] | None:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             bound.add(node.rest)
         elif isinstance(node, ast.Import):
-            if not all(allowed_module(a.name) for a in node.names):
+            if not all(allowed(a.name) for a in node.names):
                 return None
             bound |= {a.asname or a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level or not allowed_module(node.module or "") or any(a.name == "*" for a in node.names):
+            if node.level or not allowed(node.module or "") or any(a.name == "*" for a in node.names):
                 return None
             bound |= {a.asname or a.name for a in node.names}
     return loaded - bound - BUILTIN_NAMES
 
 
-def needed_imports(code: str, imports: dict[str, str]) -> list[str] | None:
+def needed_imports(code: str, imports: dict[str, str], allowed: Allowed = allowed_module) -> list[str] | None:
     """The import lines `code` (one function) needs to run on its own, or None when it uses
     a name that neither builtins, its own bindings nor allowed imports provide."""
     try:
-        free = free_names(ast.parse(code))
+        free = free_names(ast.parse(code), allowed)
     except (SyntaxError, ValueError):
         return None
     if free is None or not free <= imports.keys():

@@ -12,7 +12,9 @@ A source is named on the command line as one of:
   Approved :: ...` classifiers, else a short `License` field, else its licence file.
 
 Only permissive licences are harvested (`PERMISSIVE`): code under them may be reused in a
-training pool with its notice kept, which the seed's `source` records.
+training pool with its notice kept, which the seed's `source` records. Vendored code
+(`_vendor/`, `extern/`, `third_party/`...) is never read: it is someone else's, under its own
+licence (pip vendors certifi, under MPL-2.0), not the distribution's.
 """
 
 from __future__ import annotations
@@ -87,10 +89,15 @@ def _tree_licence(root: Path) -> str:
     return "unknown"
 
 
-def _is_test_path(relative: Path) -> bool:
-    """Test code is not library code: a tests/ folder, test_*.py, *_test.py, conftest.py."""
+SKIPPED_FOLDERS = frozenset(("test", "tests", "testing", "_vendor", "vendor", "_vendored", "vendored", "extern",
+                             "_extern", "third_party", "thirdparty"))
+
+
+def _is_skipped(relative: Path) -> bool:
+    """Code that is not the source's own library code: a tests/ folder, test_*.py, *_test.py,
+    conftest.py, or a vendored copy of another project."""
     name = relative.name
-    return (any(part in ("test", "tests", "testing") for part in relative.parts[:-1])
+    return (any(part in SKIPPED_FOLDERS for part in relative.parts[:-1])
             or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
 
 
@@ -98,12 +105,12 @@ def stdlib_source() -> Source:
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [p for p in sorted(root.rglob("*.py"))
              if not any(part in STDLIB_SKIPPED or part.startswith("config-") for part in p.relative_to(root).parts[:-1])
-             and not _is_test_path(p.relative_to(root))]
+             and not _is_skipped(p.relative_to(root))]
     return Source(STDLIB, STDLIB, root, tuple(files), STDLIB_LICENCE)
 
 
 def tree_source(root: Path) -> Source:
-    files = [p for p in sorted(root.rglob("*.py")) if not _is_test_path(p.relative_to(root))]
+    files = [p for p in sorted(root.rglob("*.py")) if not _is_skipped(p.relative_to(root))]
     return Source(slug(root.resolve().name), str(root), root, tuple(files), _tree_licence(root))
 
 
@@ -141,7 +148,7 @@ def distribution_source(name: str) -> Source:
     root = Path(str(dist.locate_file("")))
     relative = [Path(str(f)) for f in dist.files or [] if str(f).endswith(".py")]
     files = [root / r for r in sorted(relative)
-             if not _is_test_path(r) and ".." not in r.parts and (root / r).is_file()]
+             if not _is_skipped(r) and ".." not in r.parts and (root / r).is_file()]
     return Source(slug(dist.metadata["Name"] or name), name, root, tuple(files), metadata_licence(dist))
 
 
