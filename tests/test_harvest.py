@@ -180,6 +180,13 @@ def test_standard_library_imports_travel_with_the_code(tmp_path):
             return data
 
 
+        def exists_here(path):
+            # reads the machine's files: its result would differ where the model trains
+            name = os.path.join(".", path)
+            found = os.lstat(name)
+            return found.st_size
+
+
         def run(args):
             proc = subprocess.run(args)
             code = proc.returncode
@@ -187,7 +194,7 @@ def test_standard_library_imports_travel_with_the_code(tmp_path):
             return text
     '''))
     scan = scan_file(tmp_path / "paths.py", tmp_path, "t")
-    assert [c.name for c in scan.candidates] == ["stem_of"]  # subprocess is refused in the sandbox
+    assert [c.name for c in scan.candidates] == ["stem_of"]  # os.lstat reads the world; subprocess is refused
     assert scan.candidates[0].code.startswith("from json import dumps as to_json\nimport os.path\n\n\ndef stem_of")
 
 

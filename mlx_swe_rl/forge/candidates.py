@@ -12,8 +12,11 @@ A function is a candidate when it is:
   (`sandbox_importable`: not one it refuses, such as socket or subprocess, nor a private or
   GUI one; `doctests.needed_imports`: those imports travel with the code); no
   `global`/`nonlocal`, no import of another module (third-party or the package's own);
-- free of builtins that read the world or the process (`open`, `input`, `print`, `eval`,
-  `id`, `hash`...): their results say nothing a test could pin down.
+- free of what reads the world or the process: builtins such as `open`, `input`, `print`,
+  `eval`, `id`, `hash`; modules such as `sys`, `time`, `shutil`, `tempfile`, `pathlib`; and `os`
+  beyond its pure path helpers (`os.path`, `os.sep`, `os.fspath`...). A result that depends on
+  the machine's files, clock or process says nothing a test could pin down, and would differ
+  on the machine that trains.
 
 Each candidate carries the literals of its body and its module (small ints, floats and short
 strings), from which `recorded` chooses inputs.
@@ -34,6 +37,12 @@ from .sources import slug
 MIN_LINES, MAX_LINES = 5, 40
 UNFIT_BUILTINS = frozenset(("open", "input", "print", "exec", "eval", "compile", "__import__", "globals", "locals",
                             "vars", "id", "hash", "breakpoint", "help", "exit", "quit", "memoryview", "super"))
+WORLD_MODULES = frozenset(("sys", "time", "platform", "getpass", "pwd", "grp", "shutil", "glob", "tempfile", "locale",
+                           "resource", "signal", "threading", "site", "sysconfig", "importlib", "inspect", "gc",
+                           "pathlib", "io", "mmap", "select", "fcntl", "termios", "tty", "pty", "uuid", "secrets",
+                           "sched", "zoneinfo", "mimetypes", "netrc", "pkgutil", "runpy", "faulthandler", "tracemalloc"))
+OS_PURE = frozenset(("path", "sep", "altsep", "curdir", "pardir", "extsep", "pathsep", "linesep", "devnull", "name",
+                     "fspath", "fsencode", "fsdecode", "PathLike"))
 MAX_LITERALS = 12  # of each kind, per candidate
 STAGES = ("functions", "sized", "self_contained")
 
@@ -103,8 +112,24 @@ def _choose(values: list) -> tuple:
     return tuple(kept)
 
 
-def uses_unfit_builtin(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in UNFIT_BUILTINS for n in ast.walk(node))
+def reads_the_world(node: ast.AST, needed: list[str]) -> bool:
+    """Whether a function (its tree, the import lines it needs) uses an unfit builtin, a world
+    module, or `os` beyond its pure helpers."""
+    if any(isinstance(n, ast.Name) and n.id in UNFIT_BUILTINS for n in ast.walk(node)):
+        return True
+    os_names: set[str] = set()
+    for line in needed:
+        statement = ast.parse(line).body[0]
+        modules = [a.name for a in statement.names] if isinstance(statement, ast.Import) else [statement.module or ""]
+        if any(m.split(".")[0] in WORLD_MODULES for m in modules):
+            return True
+        if isinstance(statement, ast.ImportFrom) and statement.module == "os":
+            if any(a.name not in OS_PURE for a in statement.names):
+                return True
+        elif isinstance(statement, ast.Import):
+            os_names |= {a.asname or "os" for a in statement.names if a.name == "os" or a.name.startswith("os.")}
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in os_names
+               and n.attr not in OS_PURE for n in ast.walk(node))
 
 
 def scan_file(path: Path, root: Path, source: str) -> FileScan:
@@ -129,7 +154,7 @@ def scan_file(path: Path, root: Path, source: str) -> FileScan:
         scan.counts["sized"] += 1
         function = "\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n"
         needed = needed_imports(function, imports, sandbox_importable)
-        if needed is None or uses_unfit_builtin(node):
+        if needed is None or reads_the_world(node, needed):
             continue
         scan.counts["self_contained"] += 1
         if module_literals is None:
