@@ -123,7 +123,7 @@ def test_self_contained_candidates(tree):
 def test_doctest_seed(harvested):
     shout = by_name(harvested)["shout"]
     assert shout.tests == ("assert shout('hi') == 'HI!'", "assert shout('') == '!'")
-    assert shout.source == {"harvest": shout.source["harvest"], "path": "pkg/shapes.py", "line": 6,
+    assert shout.source == {"harvest": shout.source["harvest"], "version": "", "path": "pkg/shapes.py", "line": 6,
                             "module": "pkg.shapes", "licence": "MIT", "tests": "doctests"}
     assert shout.description == "Upper-case a word and add an exclamation mark."
 
@@ -280,9 +280,9 @@ def test_a_copyleft_source_is_not_harvested(tmp_path, scorer):
 
 
 def test_sources_by_name():
-    assert resolve_source("stdlib").licence == "PSF-2.0"
+    assert resolve_source("stdlib").licence == "PSF-2.0" and resolve_source("stdlib").version.startswith("3.")
     click = resolve_source("click")  # an installed distribution: its licence from its metadata
-    assert click.name == "click" and click.permissive and click.files
+    assert click.name == "click" and click.permissive and click.files and click.version
     with pytest.raises(ValueError, match="no-such-dist-xyz: not a directory, not an installed distribution"):
         resolve_source("no-such-dist-xyz")
 

@@ -70,7 +70,8 @@ class Harvest:
 
     def summary(self) -> dict[str, Any]:
         """What harvest.json records: settings, each source (licence, funnel), totals."""
-        sources = {s.name: {"spec": s.spec, "root": str(s.root), "licence": s.licence, "permissive": s.permissive,
+        sources = {s.name: {"spec": s.spec, "version": s.version, "root": str(s.root), "licence": s.licence,
+                            "permissive": s.permissive,
                             "funnel": {k: self.funnel[s.name][k] for k in self.stages()}} for s in self.sources}
         return {"settings": asdict(self.settings), "sources": sources,
                 "total": {k: sum(self.funnel[s.name][k] for s in self.sources) for k in self.stages()},
@@ -152,7 +153,7 @@ def unique_ids(found: list[Candidate]) -> list[str]:
 
 def _seed(candidate: Candidate, seed_id: str, tests: tuple[str, ...], kind: str, source: Source,
           settings: HarvestSettings) -> Seed:
-    provenance = {"harvest": source.spec, "path": candidate.path, "line": candidate.line, "module": candidate.module,
+    provenance = {"harvest": source.spec, "version": source.version, "path": candidate.path, "line": candidate.line, "module": candidate.module,
                   "licence": source.licence, "tests": kind}
     return Seed(seed_id, source.name, candidate.name, description_of(candidate, source.spec), candidate.code, tests,
                 settings.timeout, source=provenance)

@@ -20,6 +20,7 @@ licence (pip vendors certifi, under MPL-2.0), not the distribution's.
 from __future__ import annotations
 
 import importlib.metadata
+import platform
 import re
 import sysconfig
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class Source:
     root: Path  # paths in the funnel and the seeds' provenance are relative to it
     files: tuple[Path, ...]
     licence: str  # an SPDX identifier or expression, or "unknown"
+    version: str = ""  # the distribution's version, the interpreter's for the standard library
 
     @property
     def permissive(self) -> bool:
@@ -106,7 +108,7 @@ def stdlib_source() -> Source:
     files = [p for p in sorted(root.rglob("*.py"))
              if not any(part in STDLIB_SKIPPED or part.startswith("config-") for part in p.relative_to(root).parts[:-1])
              and not _is_skipped(p.relative_to(root))]
-    return Source(STDLIB, STDLIB, root, tuple(files), STDLIB_LICENCE)
+    return Source(STDLIB, STDLIB, root, tuple(files), STDLIB_LICENCE, platform.python_version())
 
 
 def tree_source(root: Path) -> Source:
@@ -149,7 +151,7 @@ def distribution_source(name: str) -> Source:
     relative = [Path(str(f)) for f in dist.files or [] if str(f).endswith(".py")]
     files = [root / r for r in sorted(relative)
              if not _is_skipped(r) and ".." not in r.parts and (root / r).is_file()]
-    return Source(slug(dist.metadata["Name"] or name), name, root, tuple(files), metadata_licence(dist))
+    return Source(slug(dist.metadata["Name"] or name), name, root, tuple(files), metadata_licence(dist), dist.version)
 
 
 def resolve_source(spec: str) -> Source:
