@@ -2,11 +2,14 @@
 (mlx_swe_rl/forge/data/benchmark_fingerprints.json; see `forge.decontam` for what a
 fingerprint is). Only names and hashes are written, never benchmark code.
 
-Each input is a JSON-lines file (optionally gzipped) of one benchmark:
+Each input is one benchmark:
 
-- HumanEval (openai/human-eval, data/HumanEval.jsonl.gz): a function is `prompt` +
-  `canonical_solution`;
-- MBPP (full or sanitized; google-research mbpp/mbpp.jsonl or a copy): a function is `code`.
+- humaneval: a JSON-lines file (openai/human-eval, data/HumanEval.jsonl.gz, gzipped or
+  not); a function is `prompt` + `canonical_solution`;
+- mbpp: a JSON-lines file (full or sanitized; google-research mbpp/mbpp.jsonl or a copy); a
+  function is `code`;
+- python: a directory of Python files (QuixBugs' python_programs/ and
+  correct_python_programs/); every module-level function of every file but `*_test.py`.
 
     python scripts/benchmark_fingerprints.py --benchmark humaneval=PATH[@ORIGIN] \\
         --benchmark mbpp=PATH[@ORIGIN] [--out FILE]
@@ -24,7 +27,14 @@ import click
 
 from mlx_swe_rl.forge.decontam import FINGERPRINTS, Benchmarks, fingerprints
 
-CODE_FIELDS = {"humaneval": ("prompt", "canonical_solution"), "mbpp": ("code",)}
+CODE_FIELDS = {"humaneval": ("prompt", "canonical_solution"), "mbpp": ("code",), "python": ()}
+
+
+def read_codes(kind: str, path: Path) -> list[str]:
+    """The code of each task of one benchmark file (or directory, for `python`)."""
+    if kind == "python":
+        return [f.read_text(encoding="utf-8") for f in sorted(path.rglob("*.py")) if not f.name.endswith("_test.py")]
+    return ["".join(row[k] for k in CODE_FIELDS[kind]) for row in read_lines(path)]
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -45,12 +55,12 @@ def main(benchmarks: tuple[str, ...], out: Path) -> None:
         path_text, _, origin = rest.partition("@")
         if kind not in CODE_FIELDS or not path_text:
             raise click.ClickException(f"--benchmark: '{spec}' is not KIND=PATH with KIND in {', '.join(CODE_FIELDS)}")
-        rows = read_lines(Path(path_text))
-        prints = [p for row in rows for p in fingerprints("".join(row[k] for k in CODE_FIELDS[kind]))]
+        codes = read_codes(kind, Path(path_text))
+        prints = [p for code in codes for p in fingerprints(code)]
         result.add(prints)
         name = f"{kind}:{Path(path_text).name}"
-        result.about["benchmarks"][name] = {"tasks": len(rows), "functions": len(prints), "origin": origin or None}
-        click.echo(f"{name}: {len(rows)} tasks, {len(prints)} functions")
+        result.about["benchmarks"][name] = {"tasks": len(codes), "functions": len(prints), "origin": origin or None}
+        click.echo(f"{name}: {len(codes)} tasks, {len(prints)} functions")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=0) + "\n")
     click.echo(f"wrote {out} ({len(result.bodies)} bodies, {len(result.named_sizes)} names)")

@@ -248,10 +248,12 @@ def test_benchmark_functions_are_dropped_from_the_harvest(tree, scorer):
     assert result.funnel["widgets"]["not_benchmark"] == 2
 
 
-def test_the_committed_fingerprints_hold_humaneval_and_mbpp():
+def test_the_committed_fingerprints_hold_humaneval_mbpp_and_quixbugs():
     benchmarks = load_benchmarks()
-    assert {name.split(":")[0] for name in benchmarks.about["benchmarks"]} == {"humaneval", "mbpp"}
-    assert len(benchmarks.bodies) > 500
+    assert set(benchmarks.about["benchmarks"]) == {"humaneval:HumanEval.jsonl.gz", "mbpp:mbpp.jsonl",
+                                                   "mbpp:mbpp-sanitized.jsonl", "python:python_programs",
+                                                   "python:correct_python_programs"}
+    assert len(benchmarks.bodies) > 1200
     data = benchmarks.to_json()  # names and hashes only, no benchmark code
     assert all(len(h) == 16 and int(h, 16) >= 0 for h in data["bodies"])
     assert all(name.isidentifier() and size.isdigit() for name, size in (n.split(":") for n in data["names"]))
