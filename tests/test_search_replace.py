@@ -76,13 +76,13 @@ def test_prompt_asks_for_edits_and_the_answer_ends_at_the_closing_tag():
 def test_env_scores_edits_with_tests_and_similarity(scorer):
     with CodeFixEnv([PUZZLE], scorer, reward={"tests": 1.0, "similarity": 0.5},
                     answer_format="search_replace") as env:
-        (full, full_info), (half, half_info), (broken, broken_info), (echo, _) = env.score(
+        full, half, broken, echo = env.score(
             [(PUZZLE.id, answer(FIX)), (PUZZLE.id, answer(HALF)), (PUZZLE.id, "<solution>words</solution>"),
              (PUZZLE.id, f"```python\n{BUGGY}```")])
-    assert full == 1.5 and full_info["solved"] and full_info["reward_parts"] == {"tests": 1.0, "similarity": 1.0}
-    assert not half_info["solved"] and 0.0 < half_info["reward_parts"]["similarity"] < 1.0
-    assert broken == -0.5 and broken_info["code"] is None and "no SEARCH/REPLACE" in broken_info["format_error"]
-    assert echo == -0.5  # a fenced function is not this format's answer
+    assert full.reward == 1.5 and full.solved and full.parts == {"tests": 1.0, "similarity": 1.0}
+    assert not half.solved and 0.0 < half.parts["similarity"] < 1.0
+    assert broken.reward == -0.5 and broken.code is None and "no SEARCH/REPLACE" in broken.format_error
+    assert echo.reward == -0.5  # a fenced function is not this format's answer
 
 
 def test_tasks_without_tests_train_on_progress_and_are_solved_by_the_oracle(scorer):
@@ -92,11 +92,10 @@ def test_tasks_without_tests_train_on_progress_and_are_solved_by_the_oracle(scor
                              (UNTESTED.id, f"```python\n{BUGGY}```"),
                              (UNTESTED.id, "no code"),
                              (PUZZLE.id, f"```python\n{ORACLE}```")])
-    rewards = [r for r, _ in results]
-    assert rewards == [1.0, 1.0, 0.0, -1.0, 1.0]
-    assert [i["solved"] for _, i in results] == [True, True, False, False, True]
-    assert results[0][1]["tests"] == [] and results[0][1]["reward_parts"] == {"progress": 1.0}
-    assert results[4][1]["reward_parts"] == {"tests": 1.0}
+    assert [v.reward for v in results] == [1.0, 1.0, 0.0, -1.0, 1.0]
+    assert [v.solved for v in results] == [True, True, False, False, True]
+    assert results[0].tests == [] and results[0].parts == {"progress": 1.0}
+    assert results[4].parts == {"tests": 1.0}
 
 
 def test_reward_without_tests_cannot_use_test_rewards(scorer):
