@@ -466,3 +466,32 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     dry = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])
     assert "0 of 16 pieces to do; nothing left to run" in dry.output
     assert "s per training step (4 steps)" in dry.output
+
+
+def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch):
+    """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
+    mission's run, started by hand, is that arm's run); the other arms differ only by the KL term
+    and the sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on
+    the held-out functions, asked with the shipped prompt."""
+    from mlx_swe_rl.rl.config import load_config, to_dict
+
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/qwen15.yaml", cli)
+    pieces = plan_pieces(experiment)
+    runs = {p.name: to_dict(p.config) for p in pieces if isinstance(p, RunPiece)}
+    assert set(runs) == {"kl-s0", "nokl-s0", "frozen-s0"}
+    shipped = to_dict(load_config(REPO / "configs/grpo.yaml"))
+    shipped["model"]["spec"] = "qwen2.5-coder-1.5b"
+    for name, cfg in runs.items():
+        assert cfg["seed"] == shipped["seed"] and cfg["train"]["steps"] == 60 and cfg["train"]["save_every"] == 1
+        differs = {(s, k) for s in shipped if isinstance(shipped[s], dict)
+                   for k in shipped[s] if cfg[s][k] != shipped[s][k] and (s, k) != ("train", "save_every")}
+        assert differs == {"kl-s0": set(), "nokl-s0": {("grpo", "beta")},
+                           "frozen-s0": {("grpo", "beta"), ("sampling", "mode")}}[name]
+        assert name == "kl-s0" or cfg["grpo"]["beta"] == 0.0
+    asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
+             for p in pieces if isinstance(p, EvalPiece)}
+    assert asked == {"bundled": (1, 0.0, 384, None), "bundled4": (4, 0.8, 384, None),
+                     "heldout": (1, 0.0, 384, "outputs/transfer/heldout.json")}
+    assert {(p.config.prompt.template, p.config.prompt.system) for p in pieces if isinstance(p, EvalPiece)} \
+        == {(shipped["prompt"]["template"], shipped["prompt"]["system"])}
