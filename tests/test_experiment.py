@@ -374,6 +374,9 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
               "peak_memory_gb": 1.7, "sampled_tokens": 640}]
     (run_dir / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     (run_dir / "wall_time.json").write_text(json.dumps({"seconds": 75.0}))
+    (run_dir / "calibration.json").write_text(json.dumps({"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
+                                                          "puzzles": []}))
+    (run_dir / "train-set.json").write_text(json.dumps({"puzzles": ["p1", "p2"]}))
 
     result = collect(experiment, pieces)
     s0, s1 = (result["runs"][f"onpolicy-s{i}"]["change"]["train"] for i in (0, 1))
@@ -393,12 +396,18 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert (run["steps"], run["sampled_tokens"], run["train_seconds"], run["wall_seconds"], run["peak_memory_gb"]) \
         == (2, 1440, 50.0, 75.0, 1.7)
     assert run["curves"]["reward_mean"] == [0.1, 0.3] and run["curves"]["completion_len"] == [50.0, 40.0]
+    assert run["curves"]["step_s"] == [30.0, 20.0] and run["curves"]["sample_s"] == [None, None]
+    assert run["calibration"] == {"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
+                                  "train_set": ["p1", "p2"]}
+    assert result["runs"]["onpolicy-s1"]["calibration"] is None
+    assert result["runs"]["onpolicy-s0"]["puzzles"]["train"]["splits"] == {f"p{i}": "train" for i in range(4)}
     assert result["levels"]["base"]["train"] == overall(report(evals["base"]))
     text = markdown(result)
     assert "| onpolicy-s0 | train (4) | 4 | 37.5 | 62.5 | +25.0 [+25.0, +25.0] | 4 / 0 |" in text
     assert "| onpolicy | train | 2 | 37.5 | 50.0 | +12.5 |" in text
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
     assert "| onpolicy-s0 | 2 of 2 | 1,440 | 0.8 min | 1.2 min | 1.70 GB | 0.100 -> 0.300 |" in text
+    assert "- onpolicy-s0: mixed 2, all-solved 1, all-failed 1; trained on 2: p1, p2" in text
 
     rates = measure(pieces)  # the dry run's time estimate: rates of the pieces done
     assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 2.0 / 16, 4)
@@ -452,6 +461,11 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
         (written["runs"]["frozen-s0"]["change"]["train"]["change"]
          + written["runs"]["frozen-s1"]["change"]["train"]["change"]) / 2)
     assert set(written["pairs"]["onpolicy minus frozen"]["heldout"]["seeds"]) == {"0", "1"}
+    for model, by_set in written["answers"].items():  # what the answers did: every completion once
+        for set_name, shares in by_set.items():
+            assert sum(shares.values()) == pytest.approx(1.0)
+            assert shares["solved"] == pytest.approx(written["levels"][model][set_name][0])
+    assert set(written["answers"]) == {"base", *written["runs"]}
     assert (out / "report.md").is_file() and (out / "report.png").is_file()
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")}
 

@@ -20,7 +20,9 @@ from ..rl.stats import compare_reports
 from .pieces import EvalPiece, Piece, RunPiece
 from .spec import Experiment
 
-CURVES = ("reward_mean", "completion_len", "kl")  # per step, per run
+# per step, per run: what was learned, what could teach, and what each phase cost
+CURVES = ("reward_mean", "completion_len", "kl", "zero_var_frac", "sample_s", "reference_s", "update_s", "step_s",
+          "peak_memory_gb")
 SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in the JSON)
 
 
@@ -35,14 +37,41 @@ def overall(report: dict[str, Any]) -> list[float]:
 
 
 def puzzle_rows(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Each puzzle's avg@K before and after, and the puzzles newly solved (no sample passed
-    before, one does after) and lost (the other way round)."""
+    """Each puzzle's avg@K before and after and its split (the seed's table), and the puzzles
+    newly solved (no sample passed before, one does after) and lost (the other way round)."""
     from ..reports.figures import puzzle_changes
 
     changes = puzzle_changes(before, after)
     rates = {r["id"]: r["pass@1"] for r in before["puzzles"]}
     return {"newly_solved": changes["newly_solved"], "lost": changes["regressed"],
-            "rates": {r["id"]: [rates[r["id"]], r["pass@1"]] for r in after["puzzles"] if r["id"] in rates}}
+            "rates": {r["id"]: [rates[r["id"]], r["pass@1"]] for r in after["puzzles"] if r["id"] in rates},
+            "splits": {r["id"]: r.get("split") for r in after["puzzles"] if r["id"] in rates}}
+
+
+def answer_shares(piece: EvalPiece, report: dict[str, Any]) -> dict[str, float] | None:
+    """What the evaluated answers did (rewards.answer_kind: solved, no answer, the buggy code
+    given back, an edit toward the fix, another edit), as shares of its completions; None when
+    the set's puzzles cannot be read any more (a data file removed)."""
+    from ..env.rewards import answer_kind_shares
+    from ..puzzles.format import PuzzleError
+    from ..puzzles.trainset import TrainSetError
+
+    try:
+        puzzles = {p.id: p for p in piece.puzzles()}
+    except (PuzzleError, TrainSetError, OSError):
+        return None
+    rows = [r for r in report["puzzles"] if r["id"] in puzzles]
+    return answer_kind_shares(rows, puzzles) if rows else None
+
+
+def calibration_entry(run_dir: Path) -> dict[str, Any] | None:
+    """How the run chose its puzzles, when it calibrated: the count per category (mixed, always
+    solved, never solved) and the puzzles it trained on."""
+    report, chosen = load_report(run_dir / "calibration.json"), load_report(run_dir / "train-set.json")
+    if report is None:
+        return None
+    return {"categories": report["categories"],
+            "train_set": chosen["puzzles"] if chosen else None}
 
 
 def mean(values: list[float]) -> float:
@@ -70,7 +99,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {k: [h.get(k) for h in history] for k in CURVES},
-            "change": {}, "puzzles": {}}
+            "calibration": calibration_entry(piece.run_dir), "change": {}, "puzzles": {}}
 
 
 def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
@@ -92,7 +121,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
-                              "variants": {}, "pairs": {}, "evaluated": {}}
+                              "variants": {}, "pairs": {}, "evaluated": {}, "answers": {}}
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
     for piece in (p for p in pieces if isinstance(p, EvalPiece)):
@@ -101,6 +130,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
             continue
         reports[(piece.model, piece.set_name)] = report
         result["levels"].setdefault(piece.model, {})[piece.set_name] = overall(report)
+        result["answers"].setdefault(piece.model, {})[piece.set_name] = answer_shares(piece, report)
         result["sets"].setdefault(piece.set_name, {"about": piece.eval_set.about, **report["settings"],
                                                    "puzzles": len(report["puzzles"])})
     for name, run in runs.items():
@@ -173,6 +203,14 @@ def markdown(result: dict[str, Any]) -> str:
         for s, rows in entry["puzzles"].items():
             lines.append(f"| {run} | {s} | {len(rows['newly_solved'])}: {ids_cell(rows['newly_solved'])} | "
                          f"{len(rows['lost'])}: {ids_cell(rows['lost'])} |")
+    shares = [(model, s, row) for model, by_set in result["answers"].items() for s, row in by_set.items() if row]
+    if shares:
+        from ..env.rewards import ANSWER_KINDS
+
+        lines += ["", "## What the answers did (share of completions, %)", "",
+                  "| model | set | " + " | ".join(ANSWER_KINDS) + " |", "|---|---|" + "---|" * len(ANSWER_KINDS)]
+        lines += [f"| {model} | {s} | " + " | ".join(points(row[k]) for k in ANSWER_KINDS) + " |"
+                  for model, s, row in shares]
     lines += ["", "## Runs", "", "| run | steps | sampled tokens | training time | wall time | peak memory | "
               "reward, first -> last step |", "|---|---|---|---|---|---|---|"]
     for run, entry in result["runs"].items():
@@ -183,6 +221,12 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{entry['train_seconds'] / 60:.1f} min | {'n/a' if wall is None else f'{wall / 60:.1f} min'} | "
                      f"{'n/a' if peak is None else f'{peak:.2f} GB'} | "
                      + (f"{rewards[0]:.3f} -> {rewards[-1]:.3f} |" if rewards else "n/a |"))
+    calibrated = {run: e["calibration"] for run, e in result["runs"].items() if e.get("calibration")}
+    if calibrated:
+        lines += ["", "## Calibration", ""]
+        lines += [f"- {run}: " + ", ".join(f"{k} {n}" for k, n in c["categories"].items())
+                  + (f"; trained on {len(c['train_set'])}: {ids_cell(c['train_set'])}" if c["train_set"] else "")
+                  for run, c in calibrated.items()]
     return "\n".join(lines) + "\n"
 
 
