@@ -1,4 +1,5 @@
-"""Collect scripts/multi_turn.sh into docs/results/multi-turn.json and the README table.
+"""Collect the multi-turn experiment (configs/experiments/multi-turn.yaml) into
+docs/results/multi-turn.json and the results table, in the committed result's format.
 
 Every comparison is paired over the same puzzles with a 95% bootstrap interval: each run after
 training against the base model, multi-turn training against single-turn training at equal
@@ -21,7 +22,9 @@ import mlx_swe_rl  # noqa: F401  (OpenBLAS preload before MLX)
 from mlx_swe_rl.rl.stats import paired_change
 from mlx_swe_rl.runfiles import read_history, write_json_atomic
 
-RUNS = ("base", "multi-turn", "single-turn")
+# the committed result's names -> the experiment's (its runs and evaluation-only variants)
+RUNS = {"base": "base", "multi-turn": "multi-turn-s0", "single-turn": "single-turn-s0"}
+GENERIC = {"base": "generic", "multi-turn": "multi-turn-generic"}  # told only that the answer failed
 SETS = ("train", "heldout")
 
 
@@ -54,7 +57,7 @@ def training(run_dir: Path) -> dict[str, Any] | None:
 
 
 def collect(runs: Path) -> dict[str, Any]:
-    evals = {(run, s): load(runs / f"eval-{run}-{s}.json") for run in RUNS for s in SETS}
+    evals = {(run, s): load(runs / f"eval-{name}-{s}.json") for run, name in RUNS.items() for s in SETS}
     result: dict[str, Any] = {"levels": {}, "changes": {}, "training": {}}
     for (run, s), report in evals.items():
         if report is not None:
@@ -71,8 +74,8 @@ def collect(runs: Path) -> dict[str, Any]:
         for run in ("multi-turn", "single-turn"):
             pair(f"{run} vs base, {s}", evals[("base", s)], evals[(run, s)])
         pair(f"multi-turn vs single-turn, {s}", evals[("single-turn", s)], evals[("multi-turn", s)])
-    for run in ("base", "multi-turn"):
-        generic = load(runs / f"eval-{run}-train-generic.json")
+    for run, name in GENERIC.items():
+        generic = load(runs / f"eval-{name}-train.json")
         pair(f"{run}: detailed vs generic feedback, train", generic, evals[(run, "train")])
     best = load(runs / "eval-base-train-best.json")
     if best is not None and evals[("base", "train")] is not None:
@@ -81,7 +84,7 @@ def collect(runs: Path) -> dict[str, Any]:
         result["best_of_2_tokens"] = best["best_of_n"]["generated_tokens"]
         result["episodes_tokens"] = evals[("base", "train")]["timing"]["generated_tokens"]
     for run in ("multi-turn", "single-turn"):
-        result["training"][run] = training(runs / run)
+        result["training"][run] = training(runs / RUNS[run])
     return result
 
 

@@ -509,3 +509,33 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
                      "heldout": (1, 0.0, 384, "outputs/transfer/heldout.json")}
     assert {(p.config.prompt.template, p.config.prompt.system) for p in pieces if isinstance(p, EvalPiece)} \
         == {(shipped["prompt"]["template"], shipped["prompt"]["system"])}
+
+
+def test_multi_turn_is_the_committed_comparison(monkeypatch):
+    """multi-turn.yaml: the multi-turn run's 8 steps and the single-turn run, which trains
+    configs/learn.yaml as learn-stop's onpolicy-s0 does (the driver continued that run for it);
+    2-answer avg@4 evaluations, the generic-feedback ablation for the base model and the
+    multi-turn run, and the best of 2 for the base model only, made once."""
+    from mlx_swe_rl.rl.config import load_config, to_dict
+
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/multi-turn.yaml", cli)
+    committed = json.loads((REPO / "docs/results/multi-turn.json").read_text())
+    pieces = plan_pieces(experiment)
+    runs = {p.name: p.config for p in pieces if isinstance(p, RunPiece)}
+    assert {"multi-turn-s0": 8, "single-turn-s0": 16} == {n: c.train.steps for n, c in runs.items()} == \
+        {f"{n}-s0": t["steps"] for n, t in committed["training"].items()}
+    single, learn = to_dict(runs["single-turn-s0"]), to_dict(load_config(REPO / "configs/learn.yaml"))
+    assert {s for s in learn if single[s] != learn[s]} == {"run_name", "output_dir", "multi_turn"}
+    assert single["multi_turn"]["max_turns"] == learn["multi_turn"]["max_turns"] == 1  # the rest plays no part
+    evals = {(p.model, p.set_name): p for p in pieces if isinstance(p, EvalPiece)}
+    assert set(evals) == {("base", "train"), ("base", "train-best"), ("multi-turn-s0", "train"),
+                          ("single-turn-s0", "train"), ("generic", "train"), ("multi-turn-generic", "train")}
+    for (model, set_name), piece in evals.items():
+        plan = piece.plan()
+        assert (plan.group_size, plan.max_turns, plan.max_tokens, plan.temperature) == (4, 2, 192, 0.8)
+        assert piece.eval_set.best_of_n == (set_name == "train-best")
+        assert piece.config.multi_turn.feedback == ("generic" if "generic" in model else "detailed")
+        assert (piece.config.prompt.template, piece.config.prompt.system) == ("block", "expert")
+        assert piece.out.name == f"eval-{model}-{set_name}.json"  # what multi_turn_report.py reads
+    assert evals[("generic", "train")].baseline == evals[("base", "train")].out

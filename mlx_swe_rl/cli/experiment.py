@@ -192,6 +192,7 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
                "allow_unconfined": not cfg.sandbox.require_confinement}
     report = model_report(cfg.model.spec, piece.adapter, cfg.model.dtype, puzzles, sandbox,
                           lambda model, tokenizer, env: evaluate(model, tokenizer, env, puzzles, plan,
+                                                                 best_of_n=s.best_of_n and s.turns > 1,
                                                                  progress=progress),
                           cfg.prompt.format, cfg.multi_turn.split(s.turns), cfg.prompt.style())
     report["meta"]["experiment"] = {"model": piece.model, "set": piece.set_name}

@@ -172,6 +172,8 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
             if key not in bases:
                 bases[key] = EvalPiece(BASE, set_name, eval_set, shared, None, eval_path(experiment, BASE, set_name),
                                        None)
+            if variant.adapter is None and asked_as(cfg, eval_set) == asked_as(shared, eval_set):
+                continue  # the base model asked as the base evaluation asks it: that evaluation itself
             evals.append(EvalPiece(variant.name, set_name, eval_set, cfg, variant.adapter,
                                    eval_path(experiment, variant.name, set_name), bases[key].out, elsewhere=True))
     return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]

@@ -67,6 +67,8 @@ class EvalSet:
     samples: int = meta(1, min=1, doc="K: completions per puzzle (1 = greedy unless temperature is set)")
     max_tokens: int | None = meta(None, min=1, doc="new tokens per answer (null = sampling.max_tokens)")
     turns: int = meta(1, min=1, doc="answers per episode (multi-turn repair when > 1)")
+    best_of_n: bool = meta(False, doc="with turns > 1, also the best of that many independent answers "
+                                      "(eval --best-of-n): the compute-matched baseline of repair")
     temperature: float | None = meta(None, min=0.0, doc="null: sampling.temperature when samples > 1, else 0")
     batch_size: int | None = meta(None, min=1, doc="completions decoded together (null = sampling.batch_size)")
     seed: int = meta(0, doc="sampling seed of the evaluation")
