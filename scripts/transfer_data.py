@@ -56,6 +56,13 @@ def main(per_function: int, heldout_per_function: int, valid_frac: float, seed: 
             raise click.ClickException(f"{directory}: missing (the experiment's forge steps make it first)")
         forged = {p.id: p for p in load_puzzles(Path(directory))}
         for row in json.loads(Path(report).read_text())["puzzles"]:
+            if row["id"] not in forged:
+                # The forge rejects a mutant whose two validation runs disagree, which a loaded
+                # machine can cause for one that runs near its time limit.
+                raise click.ClickException(
+                    f"{directory}: no puzzle {row['id']} that {report} calibrated; the forge made another set "
+                    f"(a mutant near its time limit can fail validation on a busy machine): forge it again "
+                    f"with --overwrite, on a quiet machine")
             # A puzzle calibrated twice (an easy-function mutant in both forged sets) is mixed if
             # either calibration found it so: both are draws of the same eight-sample test.
             if calibrated.get(row["id"], (None, ""))[1] != "mixed":
