@@ -559,6 +559,22 @@ def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens:
         click.echo("not checked (--check-puzzles 0)")
 
 
+@main.command("soup")
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory for the averaged adapter.")
+def soup_command(checkpoints: tuple[Path, ...], out: Path) -> None:
+    """Average the adapters of CHECKPOINTS (runs, or copies of their checkpoint/ folders, of
+    one config) elementwise into one mlx-lm adapter in OUT, which `eval --adapter` and
+    `mlx_lm.generate --adapter-path` load."""
+    from ..models.soup import SoupError, soup
+
+    try:
+        soup(list(checkpoints), out)
+    except SoupError as exc:
+        fail(str(exc))
+    click.echo(f"wrote {out}: the mean of {len(checkpoints)} adapters (load it with --adapter {out})")
+
+
 @main.command()
 @click.argument("comparison_file", type=click.Path(path_type=Path))
 @click.option("--quiet", is_flag=True, help="No progress bars.")
