@@ -32,19 +32,18 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
-from . import alarms
 from . import distributed as dist
 from .config import Config
-from ..env.codefix import CodeFixEnv
 from .grpo import grpo_objective, group_advantages, token_weights
 from .policy import GroupBatch, Policy, PromptStates, build_policy, completion_pass, prompt_states
 from ..puzzles.format import Puzzle
-from .passrates import PASSRATES_FILE, PassRateError, PassRates, choose, restore
-from ..runfiles import HISTORY, ROLLOUTS, StepRecord, append_jsonl, read_steps, write_json_atomic
+from .passrates import PassRateError, choose
+from .reporter import Reporter
+from ..runfiles import StepRecord
 from .rollouts import Episode, RolloutBatch, collect_rollouts, informative, refill, refill_seed
-from .rundir import (TrainingError, check_before_loading, eval_puzzles, open_run_dir, resume_from, save_checkpoint,
-                     training_puzzles)
-from .selection import CALIBRATION_FILE, SelectionError, select_training_puzzles
+from .rundir import TrainingError, check_before_loading, eval_puzzles, open_run_dir, training_puzzles
+from .selection import SelectionError, select_training_puzzles
+from .start import environments, starting_point
 from ..models import fastmath
 from ..models.sampling import SampleStats
 
@@ -440,107 +439,70 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
           stop_after: int | None = None, log: Callable[[str], None] = print) -> RunResult:
     """Run (or resume) a training run as configured; returns what it recorded.
 
-    Before any weight is loaded, the memory preflight (memory.py) stops a run that cannot fit;
-    with `puzzles.select: mixed` the training puzzles come from a calibration with the initial
-    weights (selection.py); after each step the alarms (alarms.py) say whether it still learns.
+    Set-up: the memory preflight (memory.py) before any weight is loaded, the environments,
+    the training puzzles (with `puzzles.select: mixed`, chosen by a calibration with the
+    initial weights: selection.py) and the point to start from (start.py). The loop: sample,
+    score and update (`run_step`), report (the alarms and step logs: reporter.py), checkpoint,
+    evaluate. The end: the final evaluation.
 
     `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
     run after that step as if it had been killed there (checkpoints as configured).
-    Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates; all
-    ranks return the same history.
+    Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates (its
+    reporter; the others' is quiet); all ranks return the same history.
     """
     from .evaluation import evaluate_run
-    from ..sandbox.scorer import Scorer
 
     main = dist.is_main()
     if not main:
         progress, log = False, _quiet
-    run_dir = cfg.run_dir
     puzzles = training_puzzles(cfg)  # with puzzles.select: mixed, the candidates
     if not puzzles:
         raise TrainingError("no training puzzles match the puzzles section of the config")
-    own_env = env is None
-    eval_set = eval_puzzles(cfg, puzzles) if own_env else []
+    eval_set = eval_puzzles(cfg, puzzles) if env is None else []
     check_before_loading(cfg, puzzles, eval_set, log)
-    checkpoint = open_run_dir(run_dir, cfg, resume) if main else None
-
+    checkpoint = open_run_dir(cfg.run_dir, cfg, resume) if main else None
     policy = build_policy(cfg)
     log(f"model patches (fast math): {fastmath.describe(fastmath.installed())}")
     optimizer = make_optimizer(cfg)
-    start_step = 0
-    result = RunResult(run_dir)
-    eval_turns = cfg.eval_turns
-    if own_env:
-        scorer = Scorer(cfg.workers, confinement=cfg.sandbox.confinement,
-                        require_confinement=cfg.sandbox.require_confinement)
-        log(f"sandbox: {scorer.confinement}")
-        every = list({p.id: p for p in puzzles + eval_set}.values())
-        env = CodeFixEnv(every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(),
-                         cfg.prompt.style())
-        # evaluations with another number of turns score with their own split (one scorer)
-        eval_env = env if cfg.multi_turn.split(eval_turns) == env.split else CodeFixEnv(
-            every, scorer, cfg.reward, cfg.prompt.format, cfg.reward_without_tests, cfg.multi_turn.split(eval_turns),
-            cfg.prompt.style())
-    else:
-        eval_env = env
+    result = RunResult(cfg.run_dir)
     try:
-        with policy.sampling_model() as initial:  # before any checkpoint is loaded: the initial weights
-            puzzles = select_training_puzzles(cfg, initial, policy.tokenizer, env, puzzles, run_dir, reuse=resume,
-                                              may_calibrate=checkpoint is None, progress=progress, log=log)
-        if resume and main:
-            start_step = resume_from(run_dir, checkpoint, policy.model, optimizer, log)
-        # for the alarms and the token total; records of older runs are upgraded as they are read
-        seen = read_steps(run_dir, cfg.sampling.group_size, missing_ok=True) if main and start_step else []
-        state = None
-        if main:  # the pass rates at the checkpoint's step (the live file may be later: it is not read)
-            state = restore(run_dir, checkpoint, start_step, [p.id for p in puzzles], cfg.train.pass_rate_decay,
-                            run_dir / CALIBRATION_FILE).to_json()
-            write_json_atomic(run_dir / PASSRATES_FILE, state)
-        start_step = dist.sync_ranks(policy.model, optimizer, start_step)
-        rates = PassRates.from_json(dist.all_gather_json(state)[0])  # rank 0's, on every rank
-        tokens_total = int(dist.broadcast({"tokens": sum(h.sampled_tokens for h in seen)})["tokens"])
-        if cfg.train.order == "learnable" and cfg.train.puzzles_per_step > len(puzzles):
-            log(f"train.order=learnable: {len(puzzles)} training puzzles, fewer than train.puzzles_per_step="
-                f"{cfg.train.puzzles_per_step}: each step samples every puzzle once")
+        with environments(cfg, puzzles + eval_set, env, log) as envs:
+            with policy.sampling_model() as initial:  # before any checkpoint is loaded: the initial weights
+                puzzles = select_training_puzzles(cfg, initial, policy.tokenizer, envs.train, puzzles, cfg.run_dir,
+                                                  reuse=resume, may_calibrate=checkpoint is None, progress=progress,
+                                                  log=log)
+            start = starting_point(cfg, policy, optimizer, checkpoint, puzzles, resume, log)
+            rates, tokens_total = start.rates, start.tokens_total
+            reporter = (Reporter(cfg, policy.model, optimizer, start.seen, log, progress) if main
+                        else Reporter.quiet(cfg, policy.model, optimizer))
 
-        evaluated = (policy.model, policy.tokenizer, eval_env, eval_set, cfg)
-        if cfg.train.final_eval and start_step == 0 and eval_set:
-            result.eval_before = evaluate_run(*evaluated, "before", "before", progress, log)
-        bar = _step_bar(cfg.train.steps, start_step) if progress else None
-        for step in range(start_step + 1, cfg.train.steps + 1):
-            chosen, spare = choose(cfg, puzzles, rates, step)
-            record, rollouts = run_step(policy, optimizer, env, chosen, step, progress, spare)
-            tokens_total += record.sampled_tokens
-            record.tokens_total = tokens_total  # learning per sampled token: the x-axis of figures
-            groups = dist.unshard([[{"step": step, **r.summary()} for r in group] for group in rollouts.groups])
-            rates.observe(step, [line for group in groups for line in group])
-            if main:
-                seen.append(record)
-                alarms.sound_alarms(seen, policy.model, cfg, run_dir, log)
-            result.history.append(record)
-            if main:
-                append_jsonl(run_dir / HISTORY, [record.to_json()])
-                append_jsonl(run_dir / ROLLOUTS, [line for group in groups for line in group])
-                write_json_atomic(run_dir / PASSRATES_FILE, rates.to_json())
-                if step % cfg.train.save_every == 0 or step == cfg.train.steps:
-                    save_checkpoint(run_dir, policy.model, cfg, optimizer, step, {PASSRATES_FILE: rates.to_json()})
-            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
-                evaluate_run(*evaluated, f"step-{step:04d}", f"step-{step}", progress, log)
-            if bar is not None:
-                bar.set_postfix(reward=f"{record.reward_mean:.2f}", solved=f"{record.solve_rate:.2f}",
-                                kl=f"{record.kl or 0:.3f}", s=f"{record.step_s:.0f}", refresh=False)
-                bar.update(1)
-            if stop_after is not None and step >= stop_after:
-                return result
-        if bar is not None:
-            bar.close()
-        if cfg.train.final_eval and eval_set:
-            result.eval_after = evaluate_run(*evaluated, "after", "after", progress, log)
+            def evaluate(name: str, label: str) -> dict[str, Any] | None:
+                return evaluate_run(policy.model, policy.tokenizer, envs.eval, eval_set, cfg, name, label, progress, log)
+
+            if cfg.train.final_eval and start.step == 0 and eval_set:
+                result.eval_before = evaluate("before", "before")
+            reporter.start(start.step)
+            for step in range(start.step + 1, cfg.train.steps + 1):
+                chosen, spare = choose(cfg, puzzles, rates, step)
+                record, rollouts = run_step(policy, optimizer, envs.train, chosen, step, progress, spare)
+                tokens_total += record.sampled_tokens
+                record.tokens_total = tokens_total  # learning per sampled token: the x-axis of figures
+                episodes = [line for group in dist.unshard([[{"step": step, **r.summary()} for r in group]
+                                                            for group in rollouts.groups]) for line in group]
+                rates.observe(step, episodes)  # every rank: all choose the same puzzles next
+                result.history.append(record)
+                reporter.step(record, episodes, rates)
+                reporter.checkpoint(step, rates)
+                if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps and eval_set:
+                    evaluate(f"step-{step:04d}", f"step-{step}")
+                reporter.stepped(record)
+                if stop_after is not None and step >= stop_after:
+                    return result
+            reporter.close()
+            if cfg.train.final_eval and eval_set:
+                result.eval_after = evaluate("after", "after")
     except (dist.DistributedError, SelectionError, PassRateError) as exc:
         raise TrainingError(str(exc)) from exc
-    finally:
-        if own_env:
-            scorer.close()  # the envs were handed it, so they leave it open
     return result
 
 
@@ -552,9 +514,3 @@ def sampled_tokens(record: dict[str, Any], cfg: Config) -> int:
 
 def _quiet(_: str) -> None:
     pass
-
-
-def _step_bar(total: int, done: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc="GRPO", unit="step", dynamic_ncols=True)
