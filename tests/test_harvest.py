@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 from mlx_swe_rl.cli.app import main
 from mlx_swe_rl.forge.candidates import scan_file
 from mlx_swe_rl.forge.decontam import Benchmarks, fingerprints, load_benchmarks
-from mlx_swe_rl.forge.forge import ForgeSettings, forge
+from mlx_swe_rl.forge.forge import ForgeSettings, candidates, forge
 from mlx_swe_rl.forge.harvest import HarvestSettings, harvest, write_harvest
 from mlx_swe_rl.forge.recorded import Parameter, argument_lists, literal_of, required_parameters
 from mlx_swe_rl.forge.seeds import load_seeds
@@ -70,7 +71,7 @@ def host_label(prefix):
 
 
 def hypotenuse(a, b):
-    # calls a helper of its module: not self-contained
+    # calls a helper of its module: the helper is carried along
     squares = a * a + b * b
     root = math.sqrt(squares)
     return _round(root)
@@ -115,8 +116,8 @@ def test_the_tree_is_a_permissive_source_without_its_tests_or_vendored_code(tree
 def test_self_contained_candidates(tree):
     scan = scan_file(tree / "pkg" / "shapes.py", tree, "widgets")
     names = [c.name for c in scan.candidates]
-    assert names == ["shout", "clamp", "double"]  # host_label reads socket, hypotenuse calls _round
-    assert dict(scan.counts) == {"functions": 5, "sized": 5, "self_contained": 3}
+    assert names == ["shout", "clamp", "double", "hypotenuse"]  # host_label reads socket
+    assert dict(scan.counts) == {"functions": 5, "sized": 5, "self_contained": 4, "with_helpers": 1}
     assert scan.candidates[0].seed_id == "widgets__pkg_shapes__shout" and scan.candidates[0].module == "pkg.shapes"
 
 
@@ -145,8 +146,8 @@ def test_a_seed_whose_tests_miss_every_mutant_is_dropped(harvested):
 
 def test_funnel(harvested):
     funnel = harvested.summary()["sources"]["widgets"]["funnel"]
-    assert funnel == {"files": 1, "functions": 5, "sized": 5, "self_contained": 3, "not_benchmark": 3, "unique": 3,
-                      "tried": 3, "doctests": 2, "recorded": 1, "tested": 3, "kept": 2}
+    assert funnel == {"files": 1, "functions": 5, "sized": 5, "self_contained": 4, "with_helpers": 1,
+                      "not_benchmark": 4, "unique": 4, "tried": 4, "doctests": 2, "recorded": 2, "tested": 4, "kept": 3}
 
 
 def test_same_harvest_same_seeds(tree, scorer, harvested):
@@ -198,6 +199,89 @@ def test_standard_library_imports_travel_with_the_code(tmp_path):
     assert scan.candidates[0].code.startswith("from json import dumps as to_json\nimport os.path\n\n\ndef stem_of")
 
 
+HELPERS = '''
+import math
+import socket
+
+SCALE = 3
+try:
+    import json as codec
+except ImportError:
+    codec = None
+
+
+def _digits(x):
+    return 2 if x < 10 else 1
+
+
+def _round(x):
+    return round(x, _digits(x))
+
+
+class Box:
+    def __init__(self, size):
+        self.size = size
+
+
+def scaled(x):
+    # a constant and a helper that calls another helper: all three travel with it
+    boxed = Box(x * SCALE)
+    value = math.sqrt(boxed.size)
+    return _round(value)
+
+
+def _host():
+    return socket.gethostname()
+
+
+def host_tag(prefix):
+    # its helper reads socket, which the sandbox refuses: not self-contained
+    name = _host()
+    tag = prefix + name
+    return tag
+
+
+def encoded(value):
+    # `codec` is bound twice (under a try): which binding it sees depends on the run
+    text = codec.dumps(value)
+    size = len(text)
+    return size
+'''
+
+
+def test_module_helpers_travel_with_the_function(tmp_path):
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    scan = scan_file(tmp_path / "helpers.py", tmp_path, "t")
+    assert [c.name for c in scan.candidates] == ["scaled"]
+    scaled = scan.candidates[0]
+    assert scaled.helpers == ("SCALE", "_digits", "_round", "Box")  # in the module's order
+    assert scaled.code.startswith("import math\n\n\nSCALE = 3\n\n\ndef _digits(x):")
+    assert scaled.code.rstrip().endswith("return _round(value)") and "_host" not in scaled.code
+    namespace: dict = {}
+    exec(scaled.code, namespace)
+    assert namespace["scaled"](12) == 6.0
+    assert scan.counts["self_contained"] == 1 and scan.counts["with_helpers"] == 1
+
+
+def test_helpers_are_carried_up_to_a_number_of_lines(tmp_path):
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    assert not scan_file(tmp_path / "helpers.py", tmp_path, "t", max_helper_lines=0).candidates
+    assert not scan_file(tmp_path / "helpers.py", tmp_path, "t", max_helper_lines=7).candidates  # they take 8
+    assert scan_file(tmp_path / "helpers.py", tmp_path, "t", max_helper_lines=8).candidates
+
+
+def test_a_seed_with_helpers_records_them_and_gets_its_bug_in_the_entry_point(harvested):
+    hypotenuse = by_name(harvested)["hypotenuse"]
+    assert hypotenuse.source["helpers"] == "_round" and "def _round(x):" in hypotenuse.code
+    settings = ForgeSettings(seed=3)
+    entry = range(hypotenuse.code.index("def hypotenuse"), len(hypotenuse.code))
+    start = hypotenuse.code[:entry.start].count("\n") + 1
+    lines = {m.line for m in candidates(hypotenuse, settings)}
+    assert lines and min(lines) > start
+    unfocused = replace(hypotenuse, source={k: v for k, v in hypotenuse.source.items() if k != "helpers"})
+    assert min(m.line for m in candidates(unfocused, settings)) < start  # _round's mutants too
+
+
 def test_inputs_are_seeded_and_typed():
     params = required_parameters("def f(n: int, text, *, flag=True, scale=2):\n    return n\n", "f")
     assert params == [Parameter("n", "int"), Parameter("text", "str")]
@@ -245,7 +329,7 @@ def test_benchmark_functions_are_dropped_from_the_harvest(tree, scorer):
     ''')))
     result = harvest([tree_source(tree)], scorer, benchmarks, HarvestSettings(seed=3))
     assert "shout" not in by_name(result) and result.problems["a benchmark's function"] == 1
-    assert result.funnel["widgets"]["not_benchmark"] == 2
+    assert result.funnel["widgets"]["not_benchmark"] == 3
 
 
 def test_the_committed_fingerprints_hold_humaneval_mbpp_and_quixbugs():
@@ -297,8 +381,9 @@ def test_command_writes_seeds_funnel_and_forged_set(tree, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "harvest.json").read_text())
     funnel = summary["sources"]["widgets"]["funnel"]
-    assert funnel["kept"] == 2 and funnel["functions_forged"] == 2 and funnel["mutants_kept"] >= 2
+    assert funnel["kept"] == 3 and funnel["functions_forged"] == 3 and funnel["mutants_kept"] >= 3
     assert sorted(p.name for p in (out / "widgets").iterdir()) == ["widgets__pkg_shapes__clamp.yaml",
+                                                                 "widgets__pkg_shapes__hypotenuse.yaml",
                                                                  "widgets__pkg_shapes__shout.yaml"]
     assert "widgets  MIT" in result.output and (forged / "forge.json").is_file()
 

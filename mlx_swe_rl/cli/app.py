@@ -220,6 +220,9 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
               help="Per source, a seeded sample of this many candidates (default: all).")
 @click.option("--probe-mutants", type=click.IntRange(min=1), default=8, show_default=True,
               help="Forge mutants tried per seed; a seed is kept when one fails its tests.")
+@click.option("--helper-lines", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Lines of its module's helpers (functions, classes, constants) a function may carry along, "
+                   "all together (0: none).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the inputs, the sample and the forge.")
 @click.option("--timeout", type=click.FloatRange(0.05, 60.0), default=1.0, show_default=True,
               help="Seconds: every seed's timeout (and the forge's validation budget).")
@@ -233,7 +236,8 @@ def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max
               help="With --forge: share of seed functions held out.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier harvest in --out (and forged set in --forge).")
 @sandbox_options
-def harvest_command(sources: tuple[str, ...], out: Path, max_functions: int | None, probe_mutants: int, seed: int,
+def harvest_command(sources: tuple[str, ...], out: Path, max_functions: int | None, probe_mutants: int,
+                    helper_lines: int, seed: int,
                     timeout: float, fingerprints: Path | None, forge_out: Path | None, per_seed: int,
                     heldout_frac: float, overwrite: bool, sandbox: dict) -> None:
     """Harvest seed functions from SOURCES (source trees, installed distributions, or `stdlib`)
@@ -261,7 +265,8 @@ def harvest_command(sources: tuple[str, ...], out: Path, max_functions: int | No
     for s in resolved:
         click.echo(f"{s.name}: {len(s.files)} files, licence {s.licence}"
                    + ("" if s.permissive else " (not permissive: skipped)"), err=True)
-    settings = HarvestSettings(seed, max_functions, probe_mutants=probe_mutants, timeout=timeout)
+    settings = HarvestSettings(seed, max_functions, probe_mutants=probe_mutants, timeout=timeout,
+                               max_helper_lines=helper_lines)
     with open_scorer(**sandbox) as scorer:
         result = harvest(resolved, scorer, benchmarks, settings,
                          bar=lambda desc, total: tqdm(desc=desc, total=total, unit="item"))

@@ -100,12 +100,26 @@ def _normal(code: str) -> str:
     return ast.dump(ast.parse(code))
 
 
+def entry_lines(seed: Seed) -> range | None:
+    """The lines of the seed's entry point when the seed carries helpers of its module
+    (harvested seeds say so in `source.helpers`); None: every line may hold the bug."""
+    if not (seed.source or {}).get("helpers"):
+        return None
+    node = next((n for n in ast.parse(seed.code).body if isinstance(n, ast.FunctionDef) and n.name == seed.entry_point),
+                None)
+    return range(node.lineno, (node.end_lineno or node.lineno) + 1) if node is not None else None
+
+
 def candidates(seed: Seed, settings: ForgeSettings) -> list[Mutant]:
-    """The seed's mutants in trial order: each family's shuffled, families taken in turn."""
+    """The seed's mutants in trial order: each family's shuffled, families taken in turn. A
+    seed that carries helpers gets its bug in the entry point, the function its description
+    and tests are about; the helpers are context."""
     rng = random.Random(f"{settings.seed}:{seed.id}")
     by_family: dict[str, list[Mutant]] = defaultdict(list)
+    focus = entry_lines(seed)
     for m in mutants(seed.code, settings.families):
-        by_family[m.family].append(m)
+        if focus is None or m.line in focus:
+            by_family[m.family].append(m)
     order = list(by_family)
     rng.shuffle(order)
     for family in order:

@@ -5,7 +5,8 @@ whose licence is permissive, in stages, each counted per source (the funnel):
 
 1. files: its `.py` files (tests left out);
 2. functions: public module-level functions; sized: 5 to 40 lines; self_contained: runs on
-   its own (`candidates`);
+   its own, with the helpers of its module it needs carried along (`candidates`;
+   with_helpers counts those that carry some);
 3. not_benchmark: not one of the public benchmarks' functions (`decontam`); unique: not a
    copy of a function already harvested (vendored code, the same helper in two packages);
 4. tried: all of them, or a seeded sample of `max_functions` per source;
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 from ..puzzles.format import Puzzle, defines, normal_form
 from ..sandbox.scorer import Scorer
-from .candidates import STAGES, Candidate, scan_file
+from .candidates import MAX_HELPER_LINES, STAGES, Candidate, scan_file
 from .checks import ORACLE_BUDGET_SHARE
 from .decontam import Benchmarks, fingerprints
 from .doctests import docstring_of, doctest_tests, with_test_imports
@@ -56,6 +57,7 @@ class HarvestSettings:
     min_doctests: int = 2  # asserts doctests must give to be a seed's tests
     probe_mutants: int = 8  # mutants tried per seed; one must fail its tests
     timeout: float = 1.0  # seconds: every seed's timeout (the forge's validation budget)
+    max_helper_lines: int = MAX_HELPER_LINES  # module helpers carried along, lines together (0: none)
     record: RecordSettings = RecordSettings()
 
 
@@ -116,7 +118,7 @@ def scan_sources(sources: list[Source], harvest: Harvest, benchmarks: Benchmarks
         progress = bar(f"scan {source.name}", len(source.files))
         found: list[Candidate] = []
         for path in source.files:
-            scan = scan_file(path, source.root, source.name)
+            scan = scan_file(path, source.root, source.name, harvest.settings.max_helper_lines)
             counts.update(scan.counts)
             for candidate in scan.candidates:
                 if benchmarks.match(candidate.code):
@@ -153,8 +155,10 @@ def unique_ids(found: list[Candidate]) -> list[str]:
 
 def _seed(candidate: Candidate, seed_id: str, tests: tuple[str, ...], kind: str, source: Source,
           settings: HarvestSettings) -> Seed:
-    provenance = {"harvest": source.spec, "version": source.version, "path": candidate.path, "line": candidate.line, "module": candidate.module,
-                  "licence": source.licence, "tests": kind}
+    provenance = {"harvest": source.spec, "version": source.version, "path": candidate.path, "line": candidate.line,
+                  "module": candidate.module, "licence": source.licence, "tests": kind}
+    if candidate.helpers:  # the forge mutates only the entry point of a seed that carries helpers
+        provenance["helpers"] = ", ".join(candidate.helpers)
     return Seed(seed_id, source.name, candidate.name, description_of(candidate, source.spec), candidate.code, tests,
                 settings.timeout, source=provenance)
 
