@@ -394,3 +394,22 @@ def test_command_errors_are_one_line(tmp_path):
     result = CliRunner().invoke(main, ["puzzles", "harvest", "stdlib", "--out", str(tmp_path / "o"),
                                        "--fingerprints", str(tmp_path / "none.json")])
     assert result.exit_code == 1 and "none.json: cannot read the benchmark fingerprints" in result.output
+
+
+def test_an_answer_with_the_function_alone_gets_its_helpers_back(harvested):
+    """The `seed` template asks for the corrected function only: the scorer puts back the
+    imports and helpers of a harvested puzzle's code that the answer does not define."""
+    from mlx_swe_rl.env.formats import answer_format, with_context
+    from mlx_swe_rl.forge.harvest import _puzzle
+
+    seed = by_name(harvested)["hypotenuse"]
+    puzzle = replace(_puzzle(seed), source=seed.source)
+    alone = seed.code[seed.code.index("def hypotenuse"):]
+    code, problem = answer_format("function").extract(f"```python\n{alone}```", puzzle)
+    assert problem is None and code.startswith("import math\n\n\ndef _round(x):") and code.endswith(alone.rstrip())
+    namespace: dict = {}
+    exec(code, namespace)
+    assert namespace["hypotenuse"](3, 4) == 5.0
+    own_round = "def _round(x):\n    return x\n\n\n" + alone  # a helper the answer defines is its own
+    assert with_context(own_round, puzzle) == "import math\n\n\n" + own_round
+    assert with_context(alone, replace(puzzle, source=None)) == alone  # only for puzzles that carry helpers

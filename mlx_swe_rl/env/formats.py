@@ -7,6 +7,7 @@ and where the sampler may end the answer (`prompt.format` in a config).
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Callable
 
@@ -43,9 +44,44 @@ class AnswerFormat:
     stop_rule: Callable[[Puzzle], StopRule | None]
 
 
+def _bound_at_top(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        else:
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return names
+
+
+def with_context(code: str, puzzle: Puzzle) -> str:
+    """The answer with its module's context put back: a harvested puzzle whose code carries
+    helpers of its module (`source.helpers`: never where the bug is) may be answered with the
+    function alone, as the `seed` template asks. The imports and helpers of the buggy code
+    that the answer does not define itself go before it, as they stand in the buggy code."""
+    if not (puzzle.source or {}).get("helpers"):
+        return code
+    try:
+        answer, buggy = ast.parse(code), ast.parse(puzzle.buggy)
+    except (SyntaxError, ValueError):
+        return code
+    helpers = {name.strip() for name in str(puzzle.source["helpers"]).split(",")}
+    own = _bound_at_top(answer)
+    missing = []
+    for node in buggy.body:
+        names = _bound_at_top(ast.Module([node], []))
+        context = isinstance(node, (ast.Import, ast.ImportFrom)) or names <= helpers
+        if context and names and not names & own:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            missing.append("\n".join(puzzle.buggy.splitlines()[start - 1:node.end_lineno]))
+    return "\n\n\n".join(missing + [code]) if missing else code
+
+
 def _function_code(response: str, puzzle: Puzzle) -> tuple[str | None, str | None]:
     code = prompts.extract_code(response, puzzle.entry_point)
-    return code, None if code is not None else "no code block"
+    return (with_context(code, puzzle), None) if code is not None else (None, "no code block")
 
 
 FORMATS: dict[str, AnswerFormat] = {
