@@ -15,10 +15,9 @@ import mlx.core as mx
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
-from ..models.sampling import Request, Sample
 from .config import SamplingPlan
-from .rollouts import (MIXED, Episode, category, collect_rollouts, encode_prompts, plan_engine, score_samples,
-                       stop_rules)
+from .rollouts import (END, JOIN, MIXED, WAIT, Decision, Driver, Episode, LiveEpisode, category, collect_rollouts,
+                       encode_prompts, plan_engine, stop_rules)
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
@@ -48,62 +47,61 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         return _report(puzzles, outcomes, batch.stats, advantage, settings)
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
-    # Entry e is round e % R of puzzle e // R (puzzle-major: a puzzle's later rounds take free
-    # slots before new puzzles start, so few prompt caches are alive at once).
-    n_rounds = len(sizes)
-    entries = range(len(puzzles) * n_rounds)
     prompts = encode_prompts(tokenizer, env, puzzles)
-    finished: dict[int, list[Sample]] = {e: [] for e in entries}
-    scored: set[int] = set()
-    outcomes: dict[str, list[Episode]] = {p.id: [] for p in puzzles}  # in round order
-    stopped: set[int] = set()  # entries gated out: their puzzle was already mixed
-
-    def score(chosen: list[int]) -> None:
-        pairs = [(puzzles[e // n_rounds], s) for e in chosen for s in finished[e]]
-        for (puzzle, _), rollout in zip(pairs, score_samples(env, pairs)):
-            outcomes[puzzle.id].append(rollout)
-        scored.update(chosen)
-
-    def gate(e: int) -> bool | None:
-        """Decode round r of a puzzle once round r - 1 is done and left it unmixed."""
-        if e % n_rounds == 0:
-            return True
-        before = e - 1
-        if before not in stopped:
-            if before not in scored:
-                if len(finished[before]) < sizes[before % n_rounds]:
-                    return None  # still decoding (it joined: its own gate said True)
-                score([before])
-            if category(outcomes[puzzles[e // n_rounds].id]) != MIXED:
-                return True
-        stopped.add(e)
-        return False
-
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    engine = plan_engine(model, tokenizer, plan, progress, "rollouts")
-    entry_of: dict[int, int] = {}  # engine sequence -> entry
-    decided: dict[int, bool] = {}  # gate verdicts, per entry
-    try:
-        for e in entries:  # later rounds wait in the queue (held) until the gate decides them
-            for _ in range(sizes[e % n_rounds]):
-                seq = engine.submit(Request(prompts[e // n_rounds], stops[e // n_rounds], held=e % n_rounds > 0, label=e))
-                entry_of[seq] = e
-        while engine.busy:
-            step = engine.step()
-            for seq in step.asked:
-                e = entry_of[seq]
-                if e not in decided:
-                    verdict = gate(e)
-                    if verdict is None:
-                        continue
-                    decided[e] = verdict
-                engine.release(seq) if decided[e] else engine.drop(seq)
-            for _, s in step.finished:
-                finished[s.prompt_index].append(s)
-    finally:
-        stats = engine.close()
-    score([e for e in entries if e not in scored and finished[e]])
+    driver = Driver(plan_engine(model, tokenizer, plan, progress, "rollouts"), env, puzzles, prompts, stops)
+    policy = Rounds(sizes)
+    policy.open(driver)
+    stats = driver.run(policy)
+    outcomes = {p.id: [live.episode(p.id, 0.0) for live in policy.answers(i)] for i, p in enumerate(puzzles)}
     return _report(puzzles, outcomes, stats, advantage, settings)
+
+
+class Rounds:
+    """Calibration's policy: each puzzle's G answers in rounds of `sizes`, a puzzle's round r
+    joining once round r - 1 is finished, scored and left the puzzle unmixed, and never
+    otherwise. Entry e is round e % R of puzzle e // R, queued puzzle-major (a puzzle's later
+    rounds take free slots before new puzzles start, so few prompt caches are alive at once)."""
+
+    def __init__(self, sizes: list[int]):
+        self.sizes, self.n_rounds = sizes, len(sizes)
+        self.finished: dict[int, list[LiveEpisode]] = {}  # by entry, in the order they finished
+        self.decided: dict[int, Decision] = {}  # by entry: its held answers all go the same way
+
+    def open(self, driver: Driver) -> None:
+        """Queue every round of every puzzle; later rounds wait held for `decide`."""
+        for e in range(len(driver.puzzles) * self.n_rounds):
+            self.finished[e] = []
+            for _ in range(self.sizes[e % self.n_rounds]):
+                driver.open(e // self.n_rounds, held=e % self.n_rounds > 0, tag=e)
+
+    def answers(self, p: int) -> list[LiveEpisode]:
+        """Puzzle `p`'s answers, round by round."""
+        return [live for r in range(self.n_rounds) for live in self.finished[p * self.n_rounds + r]]
+
+    def answered(self, driver: Driver, live: LiveEpisode) -> None:
+        self.finished[live.tag].append(live)
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
+        e = live.tag
+        if e not in self.decided:
+            decision = self._gate(driver, e)
+            if decision is WAIT:
+                return WAIT
+            self.decided[e] = decision
+        return self.decided[e]
+
+    def _gate(self, driver: Driver, e: int) -> Decision | None:
+        before = e - 1  # the same puzzle's previous round
+        if self.decided.get(before) is END:
+            return END
+        if len(self.finished[before]) < self.sizes[before % self.n_rounds]:
+            return WAIT  # still decoding (it joined: its own gate let it)
+        for live in self.finished[before]:
+            driver.verdict(live)
+        p = e // self.n_rounds
+        so_far = [live.episode(driver.puzzles[p].id, 0.0) for live in self.answers(p)]
+        return JOIN if category(so_far) != MIXED else END
 
 
 def _report(puzzles: list[Puzzle], outcomes: dict[str, list[Episode]], stats: Any, advantage: str,

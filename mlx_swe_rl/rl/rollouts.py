@@ -5,13 +5,18 @@ prompt, the sampler and the verdict are the same everywhere. A rollout is an epi
 (the completion, scored), or with `max_turns` > 1 up to that many, each later turn answering
 the feedback on the previous one (multi-turn repair). Its tokens after the prompt are the
 model's completions and the bridges between them, exactly as sampled (`Episode.sequence`).
+
+One `Driver` owns the engine loop for every kind of episode; what happens when answers finish
+is a small policy's: `Turns` (the next turn, or the end of the episode) for training and
+evaluation, calibration's `Rounds` (another round of a puzzle, or stop: it is mixed). An
+episode being sampled holds its own answers, verdicts and bridges (`LiveEpisode`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..env.codefix import CodeFixEnv
 from ..env.verdict import Verdict
@@ -185,117 +190,182 @@ def collect_rollouts(
 
     `plan.max_turns` > 1 (an env with a test split): an episode whose answer fails its public
     tests gets the env's feedback as a new user turn and answers again, up to `max_turns`
-    answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. A later
-    turn waits in the engine's queue (held) from the moment its previous answer finishes; when
-    it could join, every answer waiting for a verdict is scored at once and the turn is released
-    with its bridge, or dropped. Single-turn is the same loop with no later turns."""
+    answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. The
+    driver with the `Turns` policy: single-turn is the same loop with no later turns."""
     prompts = encode_prompts(tokenizer, env, puzzles)
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    episodes = _Episodes(tokenizer, env, puzzles, prompts, plan.max_turns)
-    engine = plan_engine(model, tokenizer, plan, progress, desc)
-    firsts: dict[int, Sample] = {}
-    try:
-        for p, prompt in enumerate(prompts):
-            for _ in range(plan.group_size):
-                engine.submit(Request(prompt, stops[p], keep_cache=plan.max_turns > 1, label=p))
-        while engine.busy:
-            step = engine.step()
-            for seq in step.asked:
-                bridge = episodes.decide(episodes.parents[seq])
-                engine.release(seq, bridge) if bridge is not None else engine.drop(seq)
-            for seq, s in step.finished:
-                if s.parent is None:
-                    firsts[seq] = s
-                turn = episodes.finished(s)
-                if turn < plan.max_turns:
-                    later = engine.submit(Request(stop=stops[s.prompt_index], parent=seq,
-                                                  keep_cache=turn + 1 < plan.max_turns, held=True, label=s.prompt_index))
-                    episodes.parents[later] = s
-    finally:
-        stats = engine.close()
-    episodes.score_waiting()  # the last answers, which had no next turn to decide
+    turns = Turns(tokenizer, env, plan.max_turns)
+    driver = Driver(plan_engine(model, tokenizer, plan, progress, desc), env, puzzles, prompts, stops)
+    for p in range(len(puzzles)):
+        for _ in range(plan.group_size):
+            driver.open(p, keep_cache=plan.max_turns > 1)
+    stats = driver.run(turns)
     groups: list[list[Episode]] = [[] for _ in puzzles]
-    for seq in sorted(firsts):
-        s = firsts[seq]
-        groups[s.prompt_index].append(episodes.episode(puzzles[s.prompt_index], s, plan.turn_penalty))
-    return RolloutBatch(puzzles, prompts, groups, stats, episodes.score_seconds)
+    for live in driver.episodes:  # in the order they were opened
+        groups[live.index].append(live.episode(puzzles[live.index].id, plan.turn_penalty))
+    return RolloutBatch(puzzles, prompts, groups, stats, driver.score_seconds)
 
 
-class _Episodes:
-    """The episodes of a `collect_rollouts` call: scores finished answers (all waiting ones at
-    once, when a verdict is needed), decides each next turn, and builds its bridge from the
-    chat template (`models.chat.ChatFrame`), checking that the accumulated ids decode to exactly
-    what the template renders for the conversation."""
+# --- the driver -------------------------------------------------------------------------------
 
-    def __init__(self, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], prompts: list[list[int]],
-                 max_turns: int):
-        self.tokenizer, self.env, self.puzzles, self.prompts = tokenizer, env, puzzles, prompts
-        self.max_turns = max_turns
-        self.frame = ChatFrame.of(tokenizer) if max_turns > 1 else None
-        self.waiting: list[Sample] = []
-        self.verdicts: dict[int, Verdict] = {}  # by id(sample)
-        self.bridges: dict[int, list[int]] = {}
-        self.children: dict[int, Sample] = {}  # by id(parent sample)
-        self.parents: dict[int, Sample] = {}  # a held later turn's previous answer, by engine sequence
-        self.mismatched: set[int] = set()
+@dataclass
+class LiveEpisode:
+    """An episode being sampled: its puzzle (`index` into the driver's puzzles), its answers so
+    far and their verdicts as they are scored, the bridge after each answer that was answered
+    again, and `ids`, the conversation's token ids up to its last bridge (the prompt, then each
+    earlier answer and bridge: the next answer's prefix). `tag` is its policy's own mark
+    (calibration: the round's entry); `dropped`: its ids did not match the chat template."""
+
+    index: int
+    ids: list[int]
+    tag: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    bridges: list[list[int]] = field(default_factory=list)
+    dropped: bool = False
+    seq: int = -1  # the engine sequence of its latest request
+
+    @property
+    def scored(self) -> bool:
+        """Every answer it gave has its verdict."""
+        return len(self.verdicts) == len(self.samples)
+
+    def episode(self, puzzle_id: str, turn_penalty: float) -> Episode:
+        """The finished episode: its turns, and the last verdict less the penalty per extra turn."""
+        turns = [Turn(s, v, self.bridges[i] if i < len(self.bridges) else [])
+                 for i, (s, v) in enumerate(zip(self.samples, self.verdicts))]
+        last = turns[-1].verdict
+        return Episode(puzzle_id, turns, last.reward - turn_penalty * (len(turns) - 1), last.solved,
+                       dropped=self.dropped)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of a held request: it joins the batch (a later turn after `bridge`, the ids
+    that follow its previous answer) or never does."""
+
+    join: bool
+    bridge: tuple[int, ...] = ()
+
+
+JOIN, END = Decision(True), Decision(False)
+WAIT = None  # not decided yet: the request stays held and is asked again at the next refill
+
+
+class EpisodePolicy(Protocol):
+    """What happens next in a driver's loop, decided when answers finish (`answered`: queue a
+    held follow-up, note the answer) and when a held request could join (`decide`, reading
+    verdicts through `Driver.verdict`, which scores every waiting answer together)."""
+
+    def answered(self, driver: Driver, live: LiveEpisode) -> None: ...
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None: ...
+
+
+class Driver:
+    """The one engine loop of every kind of episode (training and evaluation rollouts,
+    multi-turn repair, calibration rounds): it opens episodes and queues their later turns,
+    steps the engine, hands each finished answer to its episode and scores waiting answers
+    together, all at once, when a decision needs a verdict (and the rest at the end). What
+    happens next is its policy's (`EpisodePolicy`). A held request waits in the engine's
+    queue, in its place, until the policy decides it, exactly where a decision made inside
+    the loop would have been taken."""
+
+    def __init__(self, engine: Engine, env: CodeFixEnv, puzzles: list[Puzzle], prompts: list[list[int]],
+                 stops: list[StopRule | None]):
+        self.engine, self.env, self.puzzles, self.prompts, self.stops = engine, env, puzzles, prompts, stops
+        self.episodes: list[LiveEpisode] = []  # in the order they were opened
+        self.by_seq: dict[int, LiveEpisode] = {}  # engine sequence -> its episode
+        self.waiting: list[LiveEpisode] = []  # episodes whose last answer awaits its verdict
         self.score_seconds = 0.0
 
-    def chain(self, s: Sample) -> list[Sample]:
-        """The turns up to and including `s`, first turn first."""
-        turns = [s]
-        while turns[-1].parent is not None:
-            turns.append(turns[-1].parent)
-        return turns[::-1]
+    def open(self, p: int, *, held: bool = False, keep_cache: bool = False, tag: int = 0) -> LiveEpisode:
+        """Queue a new episode of puzzle `p` (its first answer; `held`: until its policy lets it join)."""
+        live = LiveEpisode(p, list(self.prompts[p]), tag)
+        live.seq = self.engine.submit(Request(self.prompts[p], self.stops[p], keep_cache=keep_cache, held=held, label=p))
+        self.by_seq[live.seq] = live
+        self.episodes.append(live)
+        return live
 
-    def finished(self, s: Sample) -> int:
-        """Queue answer `s` for scoring; returns its turn number (1 for a first answer)."""
-        self.waiting.append(s)
-        if s.parent is not None:
-            self.children[id(s.parent)] = s
-        return len(self.chain(s))
+    def follow(self, live: LiveEpisode, keep_cache: bool) -> None:
+        """Queue `live`'s next answer, held (it decodes from its last answer's kept KV cache)."""
+        live.seq = self.engine.submit(Request(stop=self.stops[live.index], parent=live.seq, keep_cache=keep_cache,
+                                              held=True, label=live.index))
+        self.by_seq[live.seq] = live
+
+    def verdict(self, live: LiveEpisode) -> Verdict:
+        """The verdict on `live`'s last answer (scoring every waiting answer if it has none yet)."""
+        if not live.scored:
+            self.score_waiting()
+        return live.verdicts[-1]
 
     def score_waiting(self) -> None:
-        start = time.perf_counter()
+        """Score every answer that awaits its verdict, in one scorer call."""
         batch, self.waiting = self.waiting, []
         if not batch:
             return
-        for s, verdict in zip(batch, self.env.score([(self.puzzles[s.prompt_index].id, s.text) for s in batch])):
-            self.verdicts[id(s)] = verdict
+        start = time.perf_counter()
+        verdicts = self.env.score([(self.puzzles[live.index].id, live.samples[-1].text) for live in batch])
+        for live, verdict in zip(batch, verdicts):
+            live.verdicts.append(verdict)
         self.score_seconds += time.perf_counter() - start
 
-    def decide(self, s: Sample) -> list[int] | None:
-        """The bridge to `s`'s next turn, or None: the episode ends (public tests passed, the
-        last turn allowed, or ids that do not match the template's rendering)."""
-        if id(s) not in self.verdicts:
-            self.score_waiting()
-        verdict = self.verdicts[id(s)]
-        turns = self.chain(s)
-        if verdict.public_ok or verdict.error:  # an error verdict has no feedback to answer
-            return None
-        bridge = self.frame.bridge(self.tokenizer, verdict.feedback, s.finish == EOS)
-        messages = self.env.prompt_for(self.puzzles[s.prompt_index].id)
-        for turn in turns:
-            messages = messages + [{"role": "assistant", "content": turn.text},
-                                   {"role": "user", "content": self.verdicts[id(turn)].feedback}]
-        ids = list(self.prompts[s.prompt_index])
-        for turn in turns[:-1]:
-            ids += turn.token_ids + self.bridges[id(turn)]
-        ids += s.token_ids + bridge
-        if self.tokenizer.decode(ids) != render(self.tokenizer, messages, True):
-            self.mismatched.add(id(turns[0]))
-            return None
-        self.bridges[id(s)] = bridge
-        return bridge
+    def run(self, policy: EpisodePolicy) -> SampleStats:
+        """Step the engine until nothing is queued or decoding, then score what is left; returns
+        the sampling totals."""
+        try:
+            while self.engine.busy:
+                step = self.engine.step()
+                for seq in step.asked:
+                    decision = policy.decide(self, self.by_seq[seq])
+                    if decision is WAIT:
+                        continue
+                    if decision.join:
+                        self.engine.release(seq, decision.bridge)
+                    else:
+                        self.engine.drop(seq)
+                for seq, sample in step.finished:
+                    live = self.by_seq[seq]
+                    live.samples.append(sample)
+                    self.waiting.append(live)
+                    policy.answered(self, live)
+        finally:
+            stats = self.engine.close()
+        self.score_waiting()  # the last answers, which had no next turn to decide
+        return stats
 
-    def episode(self, puzzle: Puzzle, first: Sample, turn_penalty: float) -> Episode:
-        """The episode that starts with `first`, with all its turns."""
-        turns = [first]
-        while id(turns[-1]) in self.children:
-            turns.append(self.children[id(turns[-1])])
-        records = [Turn(s, self.verdicts[id(s)], self.bridges.get(id(s), [])) for s in turns]
-        last = records[-1].verdict
-        reward = last.reward - turn_penalty * (len(records) - 1)
-        return Episode(puzzle.id, records, reward, last.solved, dropped=id(first) in self.mismatched)
+
+class Turns:
+    """The policy of training and evaluation rollouts: after a finished answer, a later turn
+    (up to `max_turns` answers) that joins when its answer failed the public tests, with the
+    feedback as a new user turn; its bridge comes from the chat template (`ChatFrame`), and
+    the episode is dropped when its ids do not decode to what the template renders."""
+
+    def __init__(self, tokenizer: Any, env: CodeFixEnv, max_turns: int):
+        self.tokenizer, self.env, self.max_turns = tokenizer, env, max_turns
+        self.frame = ChatFrame.of(tokenizer) if max_turns > 1 else None
+
+    def answered(self, driver: Driver, live: LiveEpisode) -> None:
+        turn = len(live.samples)
+        if turn < self.max_turns:
+            driver.follow(live, keep_cache=turn + 1 < self.max_turns)
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision:
+        verdict = driver.verdict(live)
+        if verdict.public_ok or verdict.error:  # an error verdict has no feedback to answer
+            return END
+        answer = live.samples[-1]
+        bridge = self.frame.bridge(self.tokenizer, verdict.feedback, answer.finish == EOS)
+        messages = self.env.prompt_for(driver.puzzles[live.index].id)
+        for s, v in zip(live.samples, live.verdicts):
+            messages = messages + [{"role": "assistant", "content": s.text}, {"role": "user", "content": v.feedback}]
+        ids = live.ids + answer.token_ids + bridge
+        if self.tokenizer.decode(ids) != render(self.tokenizer, messages, True):
+            live.dropped = True
+            return END
+        live.ids = ids
+        live.bridges.append(bridge)
+        return Decision(True, tuple(bridge))
 
 
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
@@ -312,12 +382,6 @@ def plan_engine(model: Any, tokenizer: Any, plan: SamplingPlan, progress: bool, 
 def stop_rules(env: CodeFixEnv, puzzles: list[Puzzle], stop_after_answer: bool) -> list[StopRule | None]:
     """The sampler's stop rule of each puzzle (None: its completions run to EOS or the limit)."""
     return [env.stop_rule(p.id) if stop_after_answer else None for p in puzzles]
-
-
-def score_samples(env: CodeFixEnv, pairs: list[tuple[Puzzle, Sample]]) -> list[Episode]:
-    """Score (puzzle, completion) pairs in one scorer call, as rollouts in the same order."""
-    scored = env.score([(p.id, s.text) for p, s in pairs]) if pairs else []
-    return [Episode.single(s, verdict) for (_, s), verdict in zip(pairs, scored)]
 
 
 def informative(group: list[Episode]) -> bool:
