@@ -9,6 +9,10 @@ prints one line per step and a verdict, and exits 1 when any step differs.
     python scripts/seeded_check.py outputs/quickstart --results docs/results/quickstart.json \
         --run "stop_after_answer (the quick start, 2026-12-01)"
     python scripts/seeded_check.py outputs/learn-stop/onpolicy-s0 --results docs/results/learn-stop.json --run onpolicy-s0
+
+Or against another run directory (a reference run of the code before a change, same config):
+
+    python scripts/seeded_check.py /tmp/after/mt --against /tmp/before/mt
 """
 
 from __future__ import annotations
@@ -50,17 +54,26 @@ def compare(history: list[dict], curves: dict[str, list[float]]) -> list[tuple[i
     return rows
 
 
+def run_curves(history: list[dict]) -> dict[str, list[float]]:
+    """The per-step curves of a run's own history (a reference run to compare with)."""
+    return {k: [h[k] for h in history] for k in KEYS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--results", type=Path, required=True, help="a docs/results/*.json file")
-    parser.add_argument("--run", required=True, help="the run's name in that file")
+    parser.add_argument("--results", type=Path, help="a docs/results/*.json file")
+    parser.add_argument("--run", help="the run's name in that file")
+    parser.add_argument("--against", type=Path, help="instead: a reference run directory")
     args = parser.parse_args()
+    if (args.against is None) == (args.results is None) or (args.results is not None) != (args.run is not None):
+        parser.error("give --results FILE --run NAME, or --against RUN_DIR")
     try:
         history = read_history(args.run_dir)
+        curves = (run_curves(read_history(args.against)) if args.against is not None
+                  else committed_curves(json.loads(args.results.read_text()), args.run))
     except RunFileError as exc:
         raise SystemExit(str(exc)) from None
-    curves = committed_curves(json.loads(args.results.read_text()), args.run)
     rows = compare(history, curves)
     for step, diffs in rows:
         now = history[step - 1]
