@@ -289,7 +289,13 @@ def test_inputs_are_seeded_and_typed():
     assert first == argument_lists(params, ("utf-8", 64), random.Random("0:f"))
     assert first[0] == "64, ''" and any("'utf-8'" in args for args in first)  # the literals lead the pools
     assert required_parameters("def f(*, key):\n    return key\n", "f") is None
-    assert required_parameters("def f(x=1):\n    return x\n", "f") is None
+    assert required_parameters("def f():\n    return 1\n", "f") is None
+
+
+def test_a_function_whose_parameters_all_have_defaults_gets_values_for_the_first_two():
+    params = required_parameters("def f(thing=3, other='a', n=None, last=2.5):\n    return thing\n", "f")
+    assert params == [Parameter("thing", "int"), Parameter("other", "str")]  # kinds from the defaults
+    assert required_parameters("def f(count=1.5):\n    return count\n", "f") == [Parameter("count", "int")]
 
 
 def test_only_plain_values_that_read_back_are_recorded():

@@ -2,10 +2,11 @@
 and write what it returned as asserts (`assert name(ARGS) == VALUE`).
 
 How inputs are chosen. Only the required positional parameters get values (those with
-defaults keep them; a function with a required keyword-only parameter gets none). Each
+defaults keep them; a function with a required keyword-only parameter gets none); a function
+whose positional parameters all have defaults gets values for its first two. Each
 parameter's kind comes from its annotation (`int`, `str`, `list[int]`, `Sequence`...), else
 its name (`n`, `count` -> int; `s`, `text` -> str; `items`, `seq` -> list...),
-else "any". A kind has a fixed pool of small values (empty and one-element collections,
+else its default's type (`sep=','` -> str), else "any". A kind has a fixed pool of small values (empty and one-element collections,
 zero and negatives, mixed-case and punctuated strings), led by the literals of the same type
 found in the function's body and then its module: a function that compares with 'utf-8' or
 64 is called with them. Since a guess from a name is often wrong, a few calls
@@ -36,6 +37,7 @@ from .doctests import is_plain
 MAX_REPR = 200  # characters of an expected value's literal
 ATTEMPTS = 40  # calls tried per function
 CHUNK = 8  # calls per sandbox job: a call that hangs loses only its chunk's later calls
+MAX_OPTIONAL = 2  # parameters given values when every positional one has a default
 
 POOLS: dict[str, list] = {
     "int": [0, 1, 2, 3, 7, -1, 10, 42, 100, -5],
@@ -100,9 +102,19 @@ def annotation_kind(node: ast.expr | None) -> str | None:
     return ANNOTATIONS.get(name or "")
 
 
+def default_kind(node: ast.expr | None) -> str | None:
+    """The pool a parameter's default value asks for (`n=3`: int, `sep=','`: str)."""
+    if not isinstance(node, ast.Constant) or node.value is None:
+        return None
+    return {int: "int", float: "float", str: "str", bool: "bool", bytes: "bytes"}.get(type(node.value))
+
+
 def required_parameters(code: str, name: str) -> list[Parameter] | None:
     """The function's required positional parameters with their kinds; None when it cannot
-    be called with positional values alone (a required keyword-only parameter) or takes none."""
+    be called with positional values alone (a required keyword-only parameter) or takes none.
+    A function whose positional parameters all have defaults gets values for the first
+    `MAX_OPTIONAL` of them, kinds also read from the defaults: called with none, it would
+    return one value, which tests nothing."""
     node = next((n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if node is None:
         return None
@@ -111,10 +123,14 @@ def required_parameters(code: str, name: str) -> list[Parameter] | None:
         return None
     positional = args.posonlyargs + args.args
     required = positional[:len(positional) - len(args.defaults)]
+    defaults: list[ast.expr | None] = [None] * len(required)
+    if not required:
+        required, defaults = positional[:MAX_OPTIONAL], list(args.defaults[:MAX_OPTIONAL])
     if not required:
         return None
-    return [Parameter(a.arg, annotation_kind(a.annotation) or KIND_OF_NAME.get(a.arg.lower().strip("_"), "any"))
-            for a in required]
+    return [Parameter(a.arg, annotation_kind(a.annotation) or KIND_OF_NAME.get(a.arg.lower().strip("_"))
+                      or default_kind(default) or "any")
+            for a, default in zip(required, defaults)]
 
 
 def value_pool(kind: str, literals: tuple) -> list:
@@ -216,7 +232,7 @@ def record_tests(functions: list[tuple[str, str, str, tuple]], sandbox: Sandbox,
         except (SyntaxError, ValueError):
             parameters = None
         if parameters is None:
-            found[key] = Recording((), 0, 0, "no required positional parameters to give values to")
+            found[key] = Recording((), 0, 0, "no positional parameters to give values to")
             continue
         rng = random.Random(f"{settings.seed}:{key}")
         plans[key] = (name, argument_lists(parameters, literals, rng))
