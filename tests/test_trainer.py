@@ -253,9 +253,10 @@ def assert_same_adapters(dir_a, dir_b) -> None:
 
 @pytest.fixture(scope="module")
 def resumed_runs(tmp_path_factory, tiny_model_dir, chosen):
-    """Run A: 6 steps straight. Run B: killed after step 5 (last checkpoint: 4), then resumed."""
+    """Run A: 6 steps straight. Run B: killed after step 5 (last checkpoint: 4), then resumed.
+    Both keep the adapters of steps 3 and 6 (train.keep_every)."""
     root = tmp_path_factory.mktemp("resume")
-    opts = ("train.steps=6", "train.save_every=2")
+    opts = ("train.steps=6", "train.save_every=2", "train.keep_every=3")
     cfg_a = synth_cfg(root, tiny_model_dir, "a", *opts)
     cfg_b = synth_cfg(root, tiny_model_dir, "b", *opts)
     mx.random.seed(99)  # the same LoRA init for both runs (see seeded_global_rng)
@@ -297,6 +298,36 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(resumed_runs):
         assert hb["loss"] == pytest.approx(ha["loss"], rel=1e-4, abs=1e-6)
     assert json.loads((b_dir / "checkpoint" / "state.json").read_text())["step"] == 6
     assert not (b_dir / "checkpoint-new").exists() and not (b_dir / "checkpoint-old").exists()
+
+
+def test_kept_adapters_survive_a_resume_and_make_a_soup(resumed_runs, tmp_path):
+    from click.testing import CliRunner
+    from mlx_swe_rl.cli.app import main
+    from mlx_swe_rl.rl.rundir import kept_adapters
+
+    a_dir, b_dir = resumed_runs["cfg_a"].run_dir, resumed_runs["cfg_b"].run_dir
+    for run in (a_dir, b_dir):
+        assert [p.name for p in kept_adapters(run)] == ["step-00003", "step-00006"]
+        assert json.loads((run / "kept" / "step-00003" / "state.json").read_text())["step"] == 3
+    for name in ("step-00003", "step-00006"):  # the resumed run kept what the straight one did
+        assert_same_adapters(a_dir / "kept" / name, b_dir / "kept" / name)
+    assert_same_adapters(a_dir / "kept" / "step-00006", a_dir)  # the last kept is the final adapter
+    step3, step6 = (trainable_file(a_dir / "kept" / n) for n in ("step-00003", "step-00006"))
+    assert any(not np.array_equal(step3[k], step6[k]) for k in step3)  # copies of different steps
+
+    result = CliRunner().invoke(main, ["soup", str(a_dir), "--last", "2", "--out", str(tmp_path / "soup")])
+    assert result.exit_code == 0, result.output
+    mean = trainable_file(tmp_path / "soup")
+    for k in mean:
+        np.testing.assert_allclose(mean[k], (step3[k] + step6[k]) / 2, rtol=1e-6, atol=1e-7)
+    too_many = CliRunner().invoke(main, ["soup", str(a_dir), "--last", "3", "--out", str(tmp_path / "x")])
+    assert too_many.exit_code == 1 and "kept 2 adapter(s)" in too_many.output
+    two_runs = CliRunner().invoke(main, ["soup", str(a_dir), str(b_dir), "--last", "2", "--out", str(tmp_path / "y")])
+    assert two_runs.exit_code == 1 and "give one run directory, not 2 paths" in two_runs.output
+
+
+def trainable_file(directory) -> dict[str, np.ndarray]:
+    return {k: np.array(v) for k, v in mx.load(str(directory / "adapters.safetensors")).items()}
 
 
 def test_resume_does_not_duplicate_rollouts(resumed_runs):

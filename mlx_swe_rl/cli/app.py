@@ -567,17 +567,35 @@ def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens:
 @main.command("soup")
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory for the averaged adapter.")
-def soup_command(checkpoints: tuple[Path, ...], out: Path) -> None:
-    """Average the adapters of CHECKPOINTS (runs, or copies of their checkpoint/ folders, of
-    one config) elementwise into one mlx-lm adapter in OUT, which `eval --adapter` and
-    `mlx_lm.generate --adapter-path` load."""
+@click.option("--last", type=click.IntRange(min=2), default=None,
+              help="Average the last N adapters a run kept (train.keep_every): give the run directory alone.")
+def soup_command(checkpoints: tuple[Path, ...], out: Path, last: int | None) -> None:
+    """Average the adapters of CHECKPOINTS (runs, their kept/step-N folders, or copies of their
+    checkpoint/ folders, of one config) elementwise into one mlx-lm adapter in OUT, which
+    `eval --adapter` and `mlx_lm.generate --adapter-path` load. With --last N, CHECKPOINTS is
+    one run directory and the soup is of the last N adapters it kept."""
     from ..models.soup import SoupError, soup
 
+    paths = list(checkpoints)
+    if last is not None:
+        paths = last_kept(paths, last)
     try:
-        soup(list(checkpoints), out)
+        soup(paths, out)
     except SoupError as exc:
         fail(str(exc))
-    click.echo(f"wrote {out}: the mean of {len(checkpoints)} adapters (load it with --adapter {out})")
+    click.echo(f"wrote {out}: the mean of {len(paths)} adapters (load it with --adapter {out})")
+
+
+def last_kept(runs: list[Path], n: int) -> list[Path]:
+    """The last `n` adapters one run directory kept (soup --last), or a one-line failure."""
+    from ..rl.rundir import kept_adapters
+
+    if len(runs) != 1:
+        fail(f"--last {n}: give one run directory, not {len(runs)} paths")
+    kept = kept_adapters(runs[0])
+    if len(kept) < n:
+        fail(f"--last {n}: {runs[0]} kept {len(kept)} adapter(s) (train.keep_every sets how often a run keeps one)")
+    return kept[-n:]
 
 
 @main.command()

@@ -208,6 +208,8 @@ class TrainConfig:
     dynamic_sampling: DynamicSamplingConfig = meta(factory=DynamicSamplingConfig)
     micro_batch_size: int = meta(8, min=1, doc="completions of one prompt per forward/backward (bounds memory)")
     save_every: int = meta(5, min=1, doc="checkpoint every N steps (and at the end)")
+    keep_every: int = meta(0, min=0, doc="also keep the adapter of every Nth step under kept/step-N/, for a "
+                           "`soup` of the last ones (0 = keep none; only the latest checkpoint is kept)")
     eval_every: int = meta(0, min=0, doc="eval every N steps (0 = off)")
     final_eval: bool = meta(True, doc="eval on train and held-out splits before and after")
     eval_tiers: list[str] | None = meta(None, doc="tiers for eval (null = the training tiers)")

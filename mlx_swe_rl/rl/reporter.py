@@ -17,7 +17,7 @@ from . import alarms
 from .config import Config
 from .passrates import PASSRATES_FILE, PassRates
 from ..runfiles import HISTORY, ROLLOUTS, StepRecord, append_jsonl, write_json_atomic
-from .rundir import save_checkpoint
+from .rundir import keep_adapter, save_checkpoint
 
 
 @dataclass
@@ -59,12 +59,15 @@ class Reporter:
         write_json_atomic(self.run_dir / PASSRATES_FILE, rates.to_json())
 
     def checkpoint(self, step: int, rates: PassRates) -> None:
-        """A checkpoint (with the pass rates at `step`) when `train.save_every` or the last step
-        says so."""
+        """A checkpoint (with the pass rates at `step`) when `train.save_every`, `train.keep_every`
+        or the last step says so; a copy of its adapter is kept when `train.keep_every` says so."""
         t = self.cfg.train
-        if self.main and (step % t.save_every == 0 or step == t.steps):
+        keep = t.keep_every > 0 and step % t.keep_every == 0
+        if self.main and (step % t.save_every == 0 or step == t.steps or keep):
             save_checkpoint(self.run_dir, self.model, self.cfg, self.optimizer, step,
                             {PASSRATES_FILE: rates.to_json()})
+            if keep:
+                keep_adapter(self.run_dir, step)
 
     def stepped(self, record: StepRecord) -> None:
         """The progress bar moves on by one step, showing `record`'s numbers."""

@@ -32,6 +32,8 @@ class TrainingError(RuntimeError):
 
 
 CHECKPOINT, CHECKPOINT_NEW, CHECKPOINT_OLD = "checkpoint", "checkpoint-new", "checkpoint-old"
+KEPT = "kept"  # kept/step-N/: the adapters `train.keep_every` keeps besides the latest checkpoint
+ADAPTER_FILES = ("adapters.safetensors", "adapter_config.json")
 
 
 def save_checkpoint(run_dir: Path, model: nn.Module, cfg: Config, optimizer: optim.Optimizer, step: int,
@@ -55,10 +57,30 @@ def save_checkpoint(run_dir: Path, model: nn.Module, cfg: Config, optimizer: opt
     new.rename(current)
     shutil.rmtree(old, ignore_errors=True)
     # The run directory itself is an mlx-lm adapter path (`--adapter-path RUN_DIR`).
-    for name in ("adapters.safetensors", "adapter_config.json"):
+    for name in ADAPTER_FILES:
         tmp = run_dir / (name + ".tmp")
         shutil.copyfile(current / name, tmp)
         tmp.replace(run_dir / name)
+
+
+def keep_adapter(run_dir: Path, step: int) -> Path:
+    """Copy the latest checkpoint's adapter (and its step) to kept/step-N/, an mlx-lm adapter
+    directory of its own: the checkpoint is replaced at the next save, and a soup of the last
+    steps needs them all. The copy appears all at once, as the checkpoint does."""
+    kept = run_dir / KEPT / f"step-{step:05d}"
+    tmp = kept.with_name(kept.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in (*ADAPTER_FILES, "state.json"):
+        shutil.copyfile(run_dir / CHECKPOINT / name, tmp / name)
+    shutil.rmtree(kept, ignore_errors=True)
+    tmp.rename(kept)
+    return kept
+
+
+def kept_adapters(run_dir: Path) -> list[Path]:
+    """A run's kept adapters (`train.keep_every`), oldest first."""
+    return sorted(p for p in (run_dir / KEPT).glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
@@ -93,7 +115,8 @@ def resume_from(run_dir: Path, checkpoint: Path | None, model: nn.Module, optimi
 
 # Keys that may change on resume: where the run lives, how many sandbox workers, how long it
 # runs and how it is evaluated. Everything else shapes the weights.
-RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.eval_every",
+RESUME_FREE = {"run_name", "output_dir", "workers", "train.steps", "train.save_every", "train.keep_every",
+               "train.eval_every",
                "train.final_eval", "train.eval_tiers", "train.eval_max_tokens", "train.eval_samples", "train.eval_set",
                "train.memory_check", *(f"alarms.{f.name}" for f in dataclasses.fields(AlarmConfig))}
 
