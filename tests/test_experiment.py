@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from mlx_swe_rl.cli.app import main as cli
 from mlx_swe_rl.cli.experiment import load, run_pieces
+from mlx_swe_rl.env.rewards import ANSWER_KINDS
 from mlx_swe_rl.experiments.estimate import measure, memory_line
 from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, plan_pieces
 from mlx_swe_rl.experiments.report import collect, markdown, overall
@@ -57,6 +58,7 @@ def small(tmp_path: Path, **changes) -> dict:
     ({"overrides": {"run_name": "x"}}, "overrides: run_name: set by the experiment (VARIANT-sSEED)"),
     ({"variants": {"a": {"seed": [1]}}}, "variants.a.seed: unknown key (did you mean 'variants.a.seeds'?)"),
     ({"variants": {"a": {"sets": ["valid"]}}}, "variants.a.sets: 'valid' is not a set of this file"),
+    ({"sets": {"x": {"prompt_template": "wrte"}}}, "sets.x.prompt_template: 'wrte' is not one of null, block, seed"),
     ({"sets": {"train": {"samples": 0}}}, "sets.train.samples: 0 is below the minimum 1"),
     ({"sets": {"train": {"sample": 8}}}, "sets.train.sample: unknown key (did you mean 'sets.train.samples'?)"),
     ({"sets": {"train": {"split": "valid"}}}, "sets.train.split: 'valid' is not one of all, train, heldout"),
@@ -147,6 +149,21 @@ def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
         plan_pieces(experiment, ("frozn",), ())
     with pytest.raises(ConfigError, match="--seeds: none of 7"):
         plan_pieces(experiment, (), (7,))
+
+
+def test_a_set_may_ask_with_its_own_wording(tmp_path):
+    """A writing-task set (`puzzles stubs`) asks with the write template, the others with the
+    config's; the base model's evaluation of it is asked the same way as every run's."""
+    data = small(tmp_path, data=[{"stubs": "--tiers medium --split heldout --out stubs"}])
+    data["sets"]["write"] = {"puzzles": "stubs", "prompt_template": "write"}
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    pieces = plan_pieces(experiment)
+    assert names(pieces)[0] == "mlx-swe-rl puzzles stubs --tiers medium --split heldout --out stubs"
+    evals = {p.name: p for p in pieces if isinstance(p, EvalPiece)}
+    assert evals["eval onpolicy-s0 on write"].baseline == tmp_path / "out" / "eval-base-write.json"
+    assert {p.asked.prompt.template for n, p in evals.items() if n.endswith("on write")} == {"write"}
+    assert {p.asked.prompt.template for n, p in evals.items() if not n.endswith("on write")} == {"seed"}
+    assert evals["eval base on write"].config.prompt.template == "seed"  # the config itself is untouched
 
 
 def test_evaluation_only_variants_and_script_steps(tmp_path):
@@ -463,8 +480,11 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     assert set(written["pairs"]["onpolicy minus frozen"]["heldout"]["seeds"]) == {"0", "1"}
     for model, by_set in written["answers"].items():  # what the answers did: every completion once
         for set_name, shares in by_set.items():
-            assert sum(shares.values()) == pytest.approx(1.0)
+            assert sum(shares[k] for k in ANSWER_KINDS) == pytest.approx(1.0)
             assert shares["solved"] == pytest.approx(written["levels"][model][set_name][0])
+            edit = shares["edit"]  # edit sizes: over the completions with code, each once
+            answers = json.loads((out / f"eval-{model}-{set_name}.json").read_text())["puzzles"]
+            assert edit is None or edit["answers"] == sum(bool(c["code"]) for r in answers for c in r["completions"])
     assert set(written["answers"]) == {"base", *written["runs"]}
     assert (out / "report.md").is_file() and (out / "report.png").is_file()
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("eval-*.json")}

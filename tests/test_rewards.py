@@ -181,6 +181,25 @@ def test_answer_kind_shares_read_an_evaluation_report():
                       "other edit": 0.25}
 
 
+def test_changed_lines_count_removed_and_added_lines_of_normalised_code():
+    assert rewards.changed_lines(SPAN_BUGGY, RESTYLED) == 0  # comments and layout are no edit
+    assert rewards.changed_lines(SPAN_BUGGY, SPAN_ORACLE) == 6  # three lines replaced
+    assert rewards.changed_lines(SPAN_BUGGY, HALF) == 4
+    assert rewards.changed_lines(SPAN_BUGGY, STUB) == 4  # three lines out, one in
+
+
+def test_edit_sizes_compare_each_answer_with_the_fix():
+    rows = [{"id": SPAN.id, "completions": [{"code": SPAN_ORACLE, "solved": True}, {"code": None, "solved": False},
+                                            {"code": RESTYLED, "solved": False}, {"code": HALF, "solved": False},
+                                            {"code": SPAN_ORACLE + "\n\ndef extra():\n    return 1\n",
+                                             "solved": True}]}]
+    sizes = rewards.edit_sizes(rows, {SPAN.id: SPAN})
+    # the answer without code is left out; the last one rewrites more than the fix does
+    assert sizes == {"answers": 4, "answer_lines": (6 + 0 + 4 + 8) / 4, "fix_lines": 6.0, "larger_than_fix": 0.25}
+    assert rewards.edit_sizes([{"id": SPAN.id, "completions": [{"code": None, "solved": False}]}],
+                              {SPAN.id: SPAN}) is None
+
+
 def test_progress_format_failure_is_minus_one():
     assert progress_reward(completion(None, None)) == -1.0
     assert progress_reward(completion("def total(xs)\n    return sum(xs)\n")) == -1.0

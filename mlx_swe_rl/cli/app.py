@@ -101,6 +101,30 @@ def calibrated_puzzles(candidates: Path, report: Path, category: str, out: Path)
     click.echo(f"wrote {out} ({len(chosen)} {category} puzzles of {len(found)}, from {report})")
 
 
+@puzzles.command("stubs")
+@PUZZLE_DIR
+@tier_option
+@click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the writing tasks.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier set of writing tasks in --out.")
+def stubs_command(directory: Path | None, tiers: list[str] | None, split: str, out: Path, overwrite: bool) -> None:
+    """Write a writing task for each function of DIRECTORY's puzzles (or a puzzle-set file's):
+    its signature and description with the body left to write, scored by the puzzle's tests.
+    Evaluate them with `--prompt-template write`: the capability gate of issue 53."""
+    from ..forge.puzzleset import write_puzzle_set
+    from ..forge.stubs import stub_puzzles
+
+    found = select_puzzles(directory, tiers, split)
+    stubs = stub_puzzles(found)
+    summary = {"from": str(directory) if directory else None, "tiers": tiers, "split": split,
+               "puzzles": len(found), "functions": len(stubs)}
+    try:
+        write_puzzle_set(stubs, out, "stubs.json", summary, overwrite, kind="set of writing tasks")
+    except (FileExistsError, OSError) as exc:
+        fail(str(exc))
+    click.echo(f"wrote {len(stubs)} writing tasks (one per function of {len(found)} puzzles) to {out}")
+
+
 @puzzles.command("forge")
 @click.argument("seeds", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the forged puzzle set.")

@@ -183,7 +183,7 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     from ..runfiles import write_json_atomic
     from .options import model_report, select_puzzles
 
-    cfg, s = piece.config, piece.eval_set
+    cfg, s = piece.asked, piece.eval_set
     if piece.adapter is not None and not piece.adapter.is_dir():  # another experiment's run, not made yet
         fail(f"{piece.name}: no adapters at {piece.adapter} (run what makes them first)")
     puzzles = select_puzzles(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)  # as `eval --puzzles`

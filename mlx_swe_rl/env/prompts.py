@@ -45,6 +45,18 @@ Description: {description}
 ```
 
 Find the bug and fix it. Return only the corrected function, in a ```python code block.""",
+    # Not a repair question: the capability gate's writing tasks (`puzzles stubs`), whose code is
+    # a signature whose body is `...`. Worded as the seed's, so only the task differs.
+    "write": """Write the Python function below: replace each `...` with a body that does what the problem says.
+
+PROBLEM: {description}
+
+SIGNATURE:
+```python
+{code}
+```
+
+Return ONLY the complete Python function. No explanation, no tests, no markdown — just the function code.""",
 }
 USER_TEMPLATE = TEMPLATES["block"]
 

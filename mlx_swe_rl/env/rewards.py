@@ -125,6 +125,29 @@ def answer_kind_shares(rows: list[dict], puzzles: Mapping[str, Puzzle]) -> dict[
     return {k: kinds.count(k) / len(kinds) for k in ANSWER_KINDS}
 
 
+def changed_lines(a: str, b: str) -> int:
+    """The size of the edit from `a` to `b`: lines removed plus lines added, between their
+    normalised sources (restyling, comments and blank lines are no edit)."""
+    before, after = ([line for line in normalise_source(code).splitlines() if line.strip()] for code in (a, b))
+    ops = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+    return sum((i2 - i1) + (j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def edit_sizes(rows: list[dict], puzzles: Mapping[str, Puzzle]) -> dict[str, float | int] | None:
+    """How much the answers of evaluation report rows changed the buggy code, against how much
+    the fix (the oracle) does, over the completions that hold code: the mean changed lines of
+    each, and the share of answers that change more lines than the fix. Over-editing (rewriting
+    what was right) is the known failure of GRPO on repair; None when no answer holds code."""
+    pairs = [(changed_lines(puzzles[row["id"]].buggy, c["code"]),
+              changed_lines(puzzles[row["id"]].buggy, puzzles[row["id"]].oracle))
+             for row in rows for c in row["completions"] if c.get("code")]
+    if not pairs:
+        return None
+    return {"answers": len(pairs), "answer_lines": sum(a for a, _ in pairs) / len(pairs),
+            "fix_lines": sum(f for _, f in pairs) / len(pairs),
+            "larger_than_fix": sum(a > f for a, f in pairs) / len(pairs)}
+
+
 def format_reward(c: Completion) -> float:
     """1.0 when the response holds code that parses and defines the entry point."""
     return 1.0 if well_formed(c) else 0.0

@@ -97,6 +97,14 @@ class EvalPiece:
     def name(self) -> str:
         return f"eval {self.model} on {self.set_name}"
 
+    @property
+    def asked(self) -> Config:
+        """The config it is asked with: its own, with the set's question wording if it names one."""
+        template = self.eval_set.prompt_template
+        if template is None or template == self.config.prompt.template:
+            return self.config
+        return dataclasses.replace(self.config, prompt=dataclasses.replace(self.config.prompt, template=template))
+
     def done(self) -> bool:
         return self.out.is_file()
 
@@ -131,7 +139,7 @@ def asked_as(cfg: Config, eval_set: EvalSet) -> str:
     dtype, prompt, test split, sampling): runs that give the same share the base model's."""
     piece = EvalPiece(BASE, "", eval_set, cfg, None, Path(), None)
     split = cfg.multi_turn.split(eval_set.turns)
-    return json.dumps([dataclasses.asdict(cfg.model), dataclasses.asdict(cfg.prompt),
+    return json.dumps([dataclasses.asdict(cfg.model), dataclasses.asdict(piece.asked.prompt),
                        dataclasses.asdict(split) if split else None, dataclasses.asdict(piece.plan())])
 
 

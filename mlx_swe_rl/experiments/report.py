@@ -48,11 +48,12 @@ def puzzle_rows(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
             "splits": {r["id"]: r.get("split") for r in after["puzzles"] if r["id"] in rates}}
 
 
-def answer_shares(piece: EvalPiece, report: dict[str, Any]) -> dict[str, float] | None:
-    """What the evaluated answers did (rewards.answer_kind: solved, no answer, the buggy code
-    given back, an edit toward the fix, another edit), as shares of its completions; None when
-    the set's puzzles cannot be read any more (a data file removed)."""
-    from ..env.rewards import answer_kind_shares
+def answers(piece: EvalPiece, report: dict[str, Any]) -> dict[str, Any] | None:
+    """What the evaluated answers did, as shares of its completions (rewards.answer_kind: solved,
+    no answer, the buggy code given back, an edit toward the fix, another edit), and how large
+    their edits were against the fix's (rewards.edit_sizes, under `edit`); None when the set's
+    puzzles cannot be read any more (a data file removed)."""
+    from ..env.rewards import answer_kind_shares, edit_sizes
     from ..puzzles.format import PuzzleError
     from ..puzzles.trainset import TrainSetError
 
@@ -61,7 +62,7 @@ def answer_shares(piece: EvalPiece, report: dict[str, Any]) -> dict[str, float] 
     except (PuzzleError, TrainSetError, OSError):
         return None
     rows = [r for r in report["puzzles"] if r["id"] in puzzles]
-    return answer_kind_shares(rows, puzzles) if rows else None
+    return {**answer_kind_shares(rows, puzzles), "edit": edit_sizes(rows, puzzles)} if rows else None
 
 
 def calibration_entry(run_dir: Path) -> dict[str, Any] | None:
@@ -130,7 +131,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
             continue
         reports[(piece.model, piece.set_name)] = report
         result["levels"].setdefault(piece.model, {})[piece.set_name] = overall(report)
-        result["answers"].setdefault(piece.model, {})[piece.set_name] = answer_shares(piece, report)
+        result["answers"].setdefault(piece.model, {})[piece.set_name] = answers(piece, report)
         result["sets"].setdefault(piece.set_name, {"about": piece.eval_set.about, **report["settings"],
                                                    "puzzles": len(report["puzzles"])})
     for name, run in runs.items():
@@ -211,6 +212,13 @@ def markdown(result: dict[str, Any]) -> str:
                   "| model | set | " + " | ".join(ANSWER_KINDS) + " |", "|---|---|" + "---|" * len(ANSWER_KINDS)]
         lines += [f"| {model} | {s} | " + " | ".join(points(row[k]) for k in ANSWER_KINDS) + " |"
                   for model, s, row in shares]
+        edits = [(model, s, row["edit"]) for model, s, row in shares if row.get("edit")]
+        if edits:
+            lines += ["", "## How large the edits were (changed lines, answers with code)", "",
+                      "| model | set | answers | answer's lines | the fix's lines | larger than the fix |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {model} | {s} | {e['answers']} | {e['answer_lines']:.1f} | {e['fix_lines']:.1f} | "
+                      f"{points(e['larger_than_fix'])}% |" for model, s, e in edits]
     lines += ["", "## Runs", "", "| run | steps | sampled tokens | training time | wall time | peak memory | "
               "reward, first -> last step |", "|---|---|---|---|---|---|---|"]
     for run, entry in result["runs"].items():

@@ -33,17 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..env.prompts import TEMPLATES
 from ..rl.config import Config, ConfigError, as_assignments, from_dict, load_config, meta, read_yaml_mapping
 
 TOP_KEYS = ("name", "about", "output_dir", "base", "overrides", "seeds", "variants", "sets", "data", "pairs")
 VARIANT_KEYS = ("about", "overrides", "seeds", "sets", "adapter")
 PAIR_KEYS = ("variant", "minus")
-# The data steps an experiment may run: `mlx-swe-rl puzzles forge|sample|calibrated|mine` and the
+# The data steps an experiment may run: `mlx-swe-rl puzzles forge|sample|calibrated|mine|harvest|stubs` and the
 # calibration (`mlx-swe-rl calibrate --write-train-set`, once named rollouts), each with the options
 # that name what it writes.
-DATA_COMMANDS: dict[str, tuple[str, ...]] = {"forge": ("out",), "sample": ("out",), "calibrated": ("out",),
-                                             "mine": ("out",), "calibrate": ("out", "write_train_set"),
-                                             "rollouts": ("out", "write_train_set")}
+DATA_COMMANDS: dict[str, tuple[str, ...]] = {
+    "forge": ("out",), "sample": ("out",), "calibrated": ("out",), "mine": ("out",), "harvest": ("out",),
+    "stubs": ("out",), "calibrate": ("out", "write_train_set"), "rollouts": ("out", "write_train_set")}
 TOP_LEVEL = ("calibrate", "rollouts")  # commands of `mlx-swe-rl` itself, not of `mlx-swe-rl puzzles`
 # A committed Python script is a data step too (data a command cannot make, e.g. a set drawn from
 # several calibrations); its options are its own, so the step names what it writes.
@@ -58,7 +59,8 @@ BASE = "base"  # the name of the untrained model's evaluations (eval-base-SET.js
 class EvalSet:
     """One evaluation set and how it is sampled; unset values come from the training config
     (sampling.max_tokens, sampling.batch_size, sampling.temperature), so the model is asked as
-    it was trained. Model, dtype, prompt and multi-turn feedback always come from the config."""
+    it was trained. Model, dtype, system message and multi-turn feedback always come from the config,
+    and the question's wording too unless the set names its own (`prompt_template`)."""
 
     about: str = meta("", doc="what the set is, for the report")
     puzzles: str | None = meta(None, doc="puzzle directory or puzzle-set file (null = the bundled puzzles)")
@@ -72,6 +74,8 @@ class EvalSet:
     temperature: float | None = meta(None, min=0.0, doc="null: sampling.temperature when samples > 1, else 0")
     batch_size: int | None = meta(None, min=1, doc="completions decoded together (null = sampling.batch_size)")
     seed: int = meta(0, doc="sampling seed of the evaluation")
+    prompt_template: str | None = meta(None, choices=(None, *TEMPLATES), doc="null: the config's prompt.template; "
+                                       "write for `puzzles stubs` sets (a writing task, not a repair)")
 
 
 @dataclass(frozen=True)

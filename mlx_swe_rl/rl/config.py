@@ -64,7 +64,8 @@ class PromptConfig:
                        "in a code block) or search_replace (SWE-RL: think, then SEARCH/REPLACE edits)")
     template: str = meta(PromptStyle().template, choices=tuple(TEMPLATES), doc="wording of the question (function "
                          "format): block (ask for one python block), seed (the seed's: the bare function), find "
-                         "(say the code has a bug; find and fix it)")
+                         "(say the code has a bug; find and fix it), write (not repair: write the body of a "
+                         "signature, for `puzzles stubs`)")
     system: str = meta(PromptStyle().system, choices=tuple(SYSTEM_MESSAGES), doc="system message: expert (ours) or "
                        "none (the chat template's default)")
 
