@@ -506,7 +506,8 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
     """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
     mission's run, started by hand, is that arm's run); the other arms differ only by the KL term
     and the sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on
-    the held-out functions, asked with the shipped prompt."""
+    the held-out functions, asked with the shipped prompt, and the same functions written from
+    their signature (the write template: the capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
 
     monkeypatch.chdir(REPO)
@@ -526,9 +527,12 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
     assert asked == {"bundled": (1, 0.0, 384, None), "bundled4": (4, 0.8, 384, None),
-                     "heldout": (1, 0.0, 384, "outputs/transfer/heldout.json")}
-    assert {(p.config.prompt.template, p.config.prompt.system) for p in pieces if isinstance(p, EvalPiece)} \
-        == {(shipped["prompt"]["template"], shipped["prompt"]["system"])}
+                     "heldout": (1, 0.0, 384, "outputs/transfer/heldout.json"),
+                     "write": (1, 0.0, 384, "outputs/stubs-heldout")}
+    assert {(p.set_name == "write", p.asked.prompt.template, p.asked.prompt.system)
+            for p in pieces if isinstance(p, EvalPiece)} \
+        == {(False, shipped["prompt"]["template"], shipped["prompt"]["system"]),
+            (True, "write", shipped["prompt"]["system"])}
 
 
 def test_multi_turn_is_the_committed_comparison(monkeypatch):
