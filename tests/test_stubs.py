@@ -69,6 +69,9 @@ def test_one_task_per_function_that_fails_its_tests_until_written(scorer):
     assert len(stubs) == len(bundled) and len({s.id for s in stubs}) == len(stubs)
     assert all(s.source["spec_of"].endswith("__m1") and s.family == "spec" for s in stubs)
     assert [s.split for s in stubs] == [p.split for p in bundled]
+    assert sum("Symptom:" in p.description for p in bundled) > 10  # how the bug shows: not a specification
+    assert not any("Symptom:" in s.description for s in stubs)
+    assert all(p.description.startswith(s.description) for p, s in zip(bundled, stubs))
     with CodeFixEnv(stubs, scorer=scorer) as env:
         fence = "```python\n{}\n```"
         empty = env.score([(s.id, fence.format(s.buggy)) for s in stubs])

@@ -21,6 +21,7 @@ from ..env.rewards import normalise_source
 from ..puzzles.format import Puzzle, parse_python
 
 FAMILY = "spec"  # the family of a stub puzzle: not a mutation, the whole body is missing
+SYMPTOM = "Symptom:"
 
 
 def stub_code(oracle: str, entry_point: str) -> str:
@@ -49,14 +50,21 @@ def _stubbed(node: ast.stmt) -> ast.stmt:
     return node
 
 
+def specification(description: str) -> str:
+    """What a function must do, from a repair puzzle's description: the hand-written puzzles (and
+    those forged from them) end with "Symptom: ..." on how their bug shows, which is no part of a
+    specification (and, for a forged mutant, names another bug than its own)."""
+    return description.split(SYMPTOM)[0].strip() or description
+
+
 def stub_puzzle(p: Puzzle) -> Puzzle:
-    """The writing task of `p`'s function: its stub to complete, with `p`'s description, tests,
+    """The writing task of `p`'s function: its stub to complete, with `p`'s specification, tests,
     oracle, tier and split. Its id names the function and a digest of the oracle, so every
     mutant of one function gives the same stub."""
     digest = hashlib.sha256(normalise_source(p.oracle).encode()).hexdigest()[:8]
     source = {**(p.source or {}), "spec_of": p.id}
-    return replace(p, id=f"spec-{p.entry_point.lower()}-{digest}", buggy=stub_code(p.oracle, p.entry_point),
-                   family=FAMILY, mutation=None, source=source, path=None)
+    return replace(p, id=f"spec-{p.entry_point.lower()}-{digest}", description=specification(p.description),
+                   buggy=stub_code(p.oracle, p.entry_point), family=FAMILY, mutation=None, source=source, path=None)
 
 
 def stub_puzzles(puzzles: list[Puzzle]) -> list[Puzzle]:
