@@ -711,7 +711,8 @@ def test_default_runs_record_groups_and_tokens(resumed_runs):
 
 
 # A scripted environment whose binary outcomes the test decides, per puzzle: "mixed" puzzles
-# alternate solved / not solved within each group, "pass" always solve, "phantom" never solve
+# alternate solved / not solved over their answers (counted over the run, so a group of G = 8
+# is mixed however the scorer's calls split it), "pass" always solve, "phantom" never solve
 # but get shaped rewards that differ (format points, say), "error" get error verdicts; the
 # rest never solve (reward 0).
 OUTCOMES = {"active_usernames": "mixed", "average_score": "pass", "binary_search_index": "phantom",
@@ -722,9 +723,10 @@ OUTCOMES = {"active_usernames": "mixed", "average_score": "pass", "binary_search
 class OutcomeEnv(ChoiceEnv):
     def __init__(self):
         super().__init__([])
+        self.seen = Counter()
 
     def score(self, items):
-        out, seen = [], Counter()
+        out, seen = [], self.seen
         for pid, _ in items:
             i, kind = seen[pid], OUTCOMES.get(pid, "fail")
             seen[pid] += 1
@@ -735,17 +737,28 @@ class OutcomeEnv(ChoiceEnv):
         return out
 
 
+def replacements(ids: list[str], per_step: int, cap: int) -> int:
+    """How many spare groups dynamic sampling adds to a step whose chosen puzzles, then spares,
+    are `ids`: one for each group that cannot teach (the step's, then the replacements'), while
+    the cap and the spares last."""
+    extra, most = 0, min(cap, len(ids) - per_step)
+    while extra < most and sum(OUTCOMES.get(pid) != "mixed" for pid in ids[:per_step + extra]) > extra:
+        extra += 1
+    return extra
+
+
 def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_path, tiny_model_dir, monkeypatch):
     """(b) Groups whose binary outcomes are all equal (and error verdicts) leave the loss and are
-    replaced by spare puzzles, in rounds of as many as are missing, never beyond the cap."""
+    replaced by spare puzzles, one for each, in order, never beyond the cap; each step samples
+    them in one batch (one `dynamic_rollouts` call, never `collect_rollouts`)."""
     from mlx_swe_rl.rl.passrates import PassRates, choose
 
     calls, losses = [], []
-    original_collect, original_loss = trainer_module.collect_rollouts, trainer_module.loss_inputs
+    original_dynamic, original_loss = trainer_module.dynamic_rollouts, trainer_module.loss_inputs
 
-    def collect(model, tokenizer, env, puzzles, plan, **kwargs):
-        calls.append([p.id for p in puzzles])
-        return original_collect(model, tokenizer, env, puzzles, plan, **kwargs)
+    def dynamic(model, tokenizer, env, puzzles, spare, plan, **kwargs):
+        calls.append(([p.id for p in puzzles], [p.id for p in spare], plan.seed))
+        return original_dynamic(model, tokenizer, env, puzzles, spare, plan, **kwargs)
 
     def loss(rollouts, cfg):
         groups, info = original_loss(rollouts, cfg)
@@ -753,7 +766,11 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
         losses.append([by_prompt[tuple(g.prompt)] for g in groups])
         return groups, info
 
-    monkeypatch.setattr(trainer_module, "collect_rollouts", collect)
+    def refuse(*args, **kwargs):
+        raise AssertionError("dynamic sampling sampled outside its one batch")
+
+    monkeypatch.setattr(trainer_module, "dynamic_rollouts", dynamic)
+    monkeypatch.setattr(trainer_module, "collect_rollouts", refuse)
     monkeypatch.setattr(trainer_module, "loss_inputs", loss)
     cap, per_step = 3, 3
     cfg = synth_cfg(tmp_path, tiny_model_dir, "dynamic", "train.steps=4", f"train.puzzles_per_step={per_step}",
@@ -762,12 +779,15 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
     puzzles = training_puzzles(cfg)
     rates = PassRates.start([p.id for p in puzzles], cfg.train.pass_rate_decay)  # the epoch order never reads it
     lines = [json.loads(line) for line in (cfg.run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert len(calls) == len(history)
     replaced = 0
-    for h, kept in zip(history, losses):
+    for h, kept, call in zip(history, losses, calls):
         chosen, spare = choose(cfg, puzzles, rates, h.step)
+        ids = [p.id for p in chosen] + [p.id for p in spare]
+        assert call == (ids[:per_step], ids[per_step:], step_seed(cfg.seed, h.step))
         sampled = h.puzzles
         extra = h.extra_groups
-        assert sampled == [p.id for p in chosen] + [p.id for p in spare[:extra]]
+        assert extra == replacements(ids, per_step, cap) and sampled == ids[:per_step + extra]
         mixed = [pid for pid in sampled if OUTCOMES.get(pid) == "mixed"]
         assert kept == mixed  # exactly the mixed groups enter the loss, phantom ones included out
         assert h.groups_sampled == len(sampled) and h.groups_kept == len(mixed)
@@ -781,17 +801,27 @@ def test_dynamic_sampling_drops_exactly_the_all_equal_groups_within_its_cap(tmp_
         assert h.sampled_tokens == sum(line["num_tokens"] for line in step_lines)
         assert h.extra_tokens == sum(line["num_tokens"] for line in step_lines[per_step * cfg.sampling.group_size:])
     assert replaced > 0  # the scripted outcomes did make it replace groups
-    # rounds: the calls of one step are its chosen puzzles, then rounds of the missing count
-    i = 0
-    for h in history:
-        sampled, got = h.puzzles, calls[i]
-        assert got == sampled[:per_step]
-        used, i = 0, i + 1
-        while used < h.extra_groups:
-            missing = per_step - sum(OUTCOMES.get(pid) == "mixed" for pid in sampled[:per_step + used])
-            assert calls[i] == sampled[per_step + used:per_step + used + min(missing, cap - used)]
-            used, i = used + len(calls[i]), i + 1
-    assert i == len(calls)
+
+
+def test_dynamic_sampling_off_samples_exactly_what_collect_rollouts_samples(tmp_path, tiny_model_dir, tiny_model, env,
+                                                                           monkeypatch):
+    """(d) Off, a step is `collect_rollouts` at the step's seed, whatever spares it is given, and
+    the refill policy is never built."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("dynamic sampling ran while off")
+
+    monkeypatch.setattr(trainer_module, "dynamic_rollouts", refuse)
+    cfg = synth_cfg(tmp_path, tiny_model_dir, "dynamic-off", "train.puzzles_per_step=3")
+    puzzles = training_puzzles(cfg)
+    chosen = step_puzzles(puzzles, 1, cfg.train.puzzles_per_step, cfg.seed)
+    spare = [p for p in puzzles if p not in chosen]
+    _, batch = run_step(build_policy(cfg), make_optimizer(cfg), env, chosen, 1, spare=spare)
+    base, tokenizer = tiny_model  # LoRA starts as the identity: the policy samples as the base model
+    plain = collect_rollouts(base, tokenizer, env, chosen, cfg.train_sampling(step_seed(cfg.seed, 1)))
+    assert [p.id for p in batch.puzzles] == [p.id for p in chosen]
+    assert [[e.sample.token_ids for e in g] for g in batch.groups] == \
+        [[e.sample.token_ids for e in g] for g in plain.groups]
+    assert [[e.reward for e in g] for g in batch.groups] == [[e.reward for e in g] for g in plain.groups]
 
 
 def test_phantom_groups_leave_the_loss_only_with_dynamic_sampling(tmp_path, tiny_model_dir):

@@ -17,7 +17,7 @@ from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from .config import SamplingPlan
 from .rollouts import (END, JOIN, MIXED, WAIT, Decision, Driver, Episode, LiveEpisode, category, collect_rollouts,
-                       encode_prompts, plan_engine, stop_rules)
+                       plan_driver)
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
@@ -47,9 +47,7 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
         return _report(puzzles, outcomes, batch.stats, advantage, settings)
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
-    prompts = encode_prompts(tokenizer, env, puzzles)
-    stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    driver = Driver(plan_engine(model, tokenizer, plan, progress, "rollouts"), env, puzzles, prompts, stops)
+    driver = plan_driver(model, tokenizer, env, puzzles, plan, progress, "rollouts")
     policy = Rounds(sizes)
     policy.open(driver)
     stats = driver.run(policy)

@@ -189,9 +189,9 @@ class OptimConfig:
 
 @dataclass
 class DynamicSamplingConfig:
-    enabled: bool = meta(False, doc="after a step's groups are scored, drop those whose answers all pass or all "
+    enabled: bool = meta(False, doc="as a step's groups are scored, drop those whose answers all pass or all "
                          "fail (by the binary outcome, not the shaped reward; error verdicts too) and sample "
-                         "replacement puzzles in their place (DAPO's dynamic sampling)")
+                         "replacement puzzles in their place, in the same batch (DAPO's dynamic sampling)")
     max_extra_groups: int | None = meta(None, min=1, doc="replacement groups per step at most "
                                         "(null = train.puzzles_per_step)")
 

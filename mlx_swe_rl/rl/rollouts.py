@@ -8,7 +8,8 @@ model's completions and the bridges between them, exactly as sampled (`Episode.s
 
 One `Driver` owns the engine loop for every kind of episode; what happens when answers finish
 is a small policy's: `Turns` (the next turn, or the end of the episode) for training and
-evaluation, calibration's `Rounds` (another round of a puzzle, or stop: it is mixed). An
+evaluation, calibration's `Rounds` (another round of a puzzle, or stop: it is mixed), dynamic
+sampling's `Refill` (`Turns`, and a spare puzzle's group for each group that cannot teach). An
 episode being sampled holds its own answers, verdicts and bridges (`LiveEpisode`).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Iterable, Protocol
 
 from ..env.codefix import CodeFixEnv
 from ..env.verdict import Verdict
@@ -162,18 +163,6 @@ class RolloutBatch:
     stats: SampleStats
     score_seconds: float = 0.0
 
-    def joined(self, more: RolloutBatch) -> RolloutBatch:
-        """This batch's groups, then `more`'s, with the sampling totals of both."""
-        a, b = self.stats, more.stats
-        stats = SampleStats(prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-                            generated_tokens=a.generated_tokens + b.generated_tokens, seconds=a.seconds + b.seconds,
-                            prefill_seconds=a.prefill_seconds + b.prefill_seconds,
-                            peak_memory_gb=max(a.peak_memory_gb, b.peak_memory_gb),
-                            completions=a.completions + b.completions, truncated=a.truncated + b.truncated,
-                            stopped=a.stopped + b.stopped)
-        return RolloutBatch(self.puzzles + more.puzzles, self.prompts + more.prompts, self.groups + more.groups,
-                            stats, self.score_seconds + more.score_seconds)
-
 
 def collect_rollouts(
     model: Any,
@@ -192,18 +181,70 @@ def collect_rollouts(
     tests gets the env's feedback as a new user turn and answers again, up to `max_turns`
     answers; its reward is the last answer's, less `plan.turn_penalty` per extra turn. The
     driver with the `Turns` policy: single-turn is the same loop with no later turns."""
+    turns = Turns(tokenizer, env, plan.max_turns)
+    driver = plan_driver(model, tokenizer, env, puzzles, plan, progress, desc)
+    groups = open_groups(driver, plan)
+    stats = driver.run(turns)
+    return scored_batch(driver, groups, range(len(puzzles)), stats, plan)
+
+
+def dynamic_rollouts(
+    model: Any,
+    tokenizer: Any,
+    env: CodeFixEnv,
+    puzzles: list[Puzzle],
+    spare: list[Puzzle],
+    plan: SamplingPlan,
+    *,
+    cap: int,
+    progress: bool = False,
+    desc: str = "sampling",
+) -> tuple[RolloutBatch, int]:
+    """Dynamic sampling: `collect_rollouts` of `puzzles`, where each group that turns out not
+    `informative` is replaced by a group of the next `spare` puzzle, `cap` replacements at most,
+    until as many groups are informative as there are `puzzles` (or the spares run out). Returns
+    the batch (`puzzles`' groups, then the replacements', in `spare`'s order) and how many
+    replacement groups it holds.
+
+    One continuous batch (the `Refill` policy): the spare groups are queued held from the start,
+    and one joins as soon as a group it replaces is finished and scored, while the rest decode;
+    spare groups never needed are dropped before they sample a token. One engine, so one
+    sampling seed, `plan.seed`: until the first replacement joins, `puzzles`' groups decode
+    exactly as `collect_rollouts` would decode them; a replacement draws from the same random
+    stream as it joins (and changes what the rows beside it draw from then on)."""
+    policy = Refill(tokenizer, env, plan, len(puzzles))
+    driver = plan_driver(model, tokenizer, env, [*puzzles, *spare[:cap]], plan, progress, desc)
+    policy.open(driver)
+    stats = driver.run(policy)
+    kept = [p for p in range(len(driver.puzzles)) if policy.released(p)]  # the step's, then spares in order
+    return scored_batch(driver, policy.groups, kept, stats, plan), len(kept) - len(puzzles)
+
+
+def plan_driver(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan,
+                progress: bool, desc: str) -> Driver:
+    """A driver for `puzzles` under one phase's plan: their prompts and stop rules, and its engine."""
     prompts = encode_prompts(tokenizer, env, puzzles)
     stops = stop_rules(env, puzzles, plan.stop_after_answer)
-    turns = Turns(tokenizer, env, plan.max_turns)
-    driver = Driver(plan_engine(model, tokenizer, plan, progress, desc), env, puzzles, prompts, stops)
-    for p in range(len(puzzles)):
-        for _ in range(plan.group_size):
-            driver.open(p, keep_cache=plan.max_turns > 1)
-    stats = driver.run(turns)
-    groups: list[list[Episode]] = [[] for _ in puzzles]
-    for live in driver.episodes:  # in the order they were opened
-        groups[live.index].append(live.episode(puzzles[live.index].id, plan.turn_penalty))
-    return RolloutBatch(puzzles, prompts, groups, stats, driver.score_seconds)
+    return Driver(plan_engine(model, tokenizer, plan, progress, desc), env, puzzles, prompts, stops)
+
+
+def open_groups(driver: Driver, plan: SamplingPlan, held_from: int | None = None) -> list[list[LiveEpisode]]:
+    """Queue `plan.group_size` episodes of each of the driver's puzzles, puzzle by puzzle; those
+    of puzzles from `held_from` on are held until their policy lets them join. Returns them by
+    puzzle."""
+    held_from = len(driver.puzzles) if held_from is None else held_from
+    return [[driver.open(p, held=p >= held_from, keep_cache=plan.max_turns > 1) for _ in range(plan.group_size)]
+            for p in range(len(driver.puzzles))]
+
+
+def scored_batch(driver: Driver, groups: list[list[LiveEpisode]], kept: Iterable[int], stats: SampleStats,
+                 plan: SamplingPlan) -> RolloutBatch:
+    """The finished groups of the driver's puzzles `kept` (`groups[p]`: puzzle p's episodes), in
+    that order, as a batch with the driver's totals."""
+    kept = list(kept)
+    episodes = [[live.episode(driver.puzzles[p].id, plan.turn_penalty) for live in groups[p]] for p in kept]
+    return RolloutBatch([driver.puzzles[p] for p in kept], [driver.prompts[p] for p in kept], episodes, stats,
+                        driver.score_seconds)
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -264,7 +305,7 @@ class EpisodePolicy(Protocol):
 
 class Driver:
     """The one engine loop of every kind of episode (training and evaluation rollouts,
-    multi-turn repair, calibration rounds): it opens episodes and queues their later turns,
+    multi-turn repair, calibration rounds, dynamic sampling's replacements): it opens episodes and queues their later turns,
     steps the engine, hands each finished answer to its episode and scores waiting answers
     together, all at once, when a decision needs a verdict (and the rest at the end). What
     happens next is its policy's (`EpisodePolicy`). A held request waits in the engine's
@@ -368,6 +409,88 @@ class Turns:
         return Decision(True, tuple(bridge))
 
 
+class Refill(Turns):
+    """Dynamic sampling's policy: `Turns` for every episode, and the spare puzzles' groups
+    (puzzles `wanted` on, in order; opened held) released one by one, spare k when k + 1 of the
+    groups in the batch (the step's and the spares' released so far) are finished, scored and
+    not `informative` (it replaces the (k + 1)-th), and dropped once no group left could need it.
+
+    So each group that cannot teach brings in one replacement, until `wanted` groups are
+    informative, the cap (the number of spares opened) is reached, or no spare is left. A group
+    is finished when all its episodes are: a later turn's decision is taken (and kept) as soon as
+    a finished group needs it, not only when the engine asks, so a spare never waits on a
+    decision the engine would take after it (which could leave nothing to decode). A released
+    spare keeps its place in the queue: it takes free rows before later turns queued after it."""
+
+    def __init__(self, tokenizer: Any, env: CodeFixEnv, plan: SamplingPlan, wanted: int):
+        super().__init__(tokenizer, env, plan.max_turns)
+        self.plan, self.wanted = plan, wanted
+        self.groups: list[list[LiveEpisode]] = []  # by puzzle
+        self.spares: dict[int, Decision] = {}  # by spare puzzle: its G held answers all go the same way
+        self.next_turns: dict[int, Decision] = {}  # by engine sequence of a held later turn
+        self.outcomes: dict[int, bool] = {}  # by finished group: informative
+
+    def open(self, driver: Driver) -> None:
+        """Queue every group of the driver's puzzles: the first `wanted` to decode, the spares held."""
+        self.groups = open_groups(driver, self.plan, held_from=self.wanted)
+
+    def released(self, p: int) -> bool:
+        """Puzzle `p`'s group is in the batch (a step puzzle's, or a spare's that joined)."""
+        return p < self.wanted or self.spares.get(p) is JOIN
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
+        if live.samples:  # a later turn; only spare groups' first answers are held otherwise
+            return self._next_turn(driver, live)
+        p = live.index
+        if p not in self.spares:
+            decision = self._gate(driver, p)
+            if decision is WAIT:
+                return WAIT
+            self.spares[p] = decision
+        return self.spares[p]
+
+    def _next_turn(self, driver: Driver, live: LiveEpisode) -> Decision:
+        """`Turns`' decision on `live`'s held later turn, taken once (it extends the episode's ids)."""
+        if live.seq not in self.next_turns:
+            self.next_turns[live.seq] = super().decide(driver, live)
+        return self.next_turns[live.seq]
+
+    def _gate(self, driver: Driver, p: int) -> Decision | None:
+        k = p - self.wanted  # the k-th spare
+        if k > 0 and p - 1 not in self.spares:
+            return WAIT  # in order: what spare k may do depends on whether spare k - 1 joined
+        released = [q for q in range(len(self.groups)) if self.released(q)]
+        finished = [q for q in released if self._finished(driver, q)]
+        failed = sum(not self.outcomes[q] for q in finished)
+        if failed > k:
+            return JOIN  # a group that cannot teach, which spares 0..k-1 have not replaced
+        if failed + len(released) - len(finished) <= k:
+            return END  # even if every unfinished group failed, spares before this one suffice
+        return WAIT
+
+    def _finished(self, driver: Driver, q: int) -> bool:
+        """Every episode of group `q` has ended (scored, no later turn to come); notes whether
+        the group is informative."""
+        if q in self.outcomes:
+            return True
+        group = self.groups[q]
+        if any(self._going(live) for live in group) or not all(self._ended(driver, live) for live in group):
+            return False
+        self.outcomes[q] = informative([live.episode(driver.puzzles[q].id, self.plan.turn_penalty) for live in group])
+        return True
+
+    def _going(self, live: LiveEpisode) -> bool:
+        """`live` is queued or decoding: no answer yet, or a later turn that joined and has not answered."""
+        return not live.samples or (len(live.samples) < self.max_turns and self.next_turns.get(live.seq) is JOIN)
+
+    def _ended(self, driver: Driver, live: LiveEpisode) -> bool:
+        """`live`, whose last answer is finished, ends there (its verdict known)."""
+        if len(live.samples) == self.max_turns:
+            driver.verdict(live)
+            return True
+        return self._next_turn(driver, live) is END
+
+
 def encode_prompts(tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]) -> list[list[int]]:
     """The chat prompt token ids of each puzzle, as the sampler gets them."""
     return [encode_chat(tokenizer, env.prompt_for(p.id)) for p in puzzles]
@@ -396,27 +519,3 @@ def category(group: list[Episode]) -> str:
     if solved == len(group):
         return ALL_SOLVED
     return MIXED if solved else ALL_FAILED
-
-
-# --- dynamic sampling -------------------------------------------------------------------------
-
-def refill_seed(seed: int, round_: int) -> int:
-    """The sampling seed of a step's `round_`-th replacement draw (dynamic sampling)."""
-    return (seed + round_ * 15_485_863) % (2**31)
-
-
-def refill(batch: RolloutBatch, spare: list[Puzzle], cap: int,
-           draw: Callable[[list[Puzzle], int], RolloutBatch]) -> tuple[RolloutBatch, int]:
-    """Dynamic sampling: while fewer of `batch`'s groups are `informative` than it had puzzles,
-    draw groups of as many more puzzles (the next of `spare`, in order; `draw(puzzles, round)`
-    samples and scores them), `cap` of them at most. Returns every group sampled (the first
-    batch's, then the replacements') and how many replacement groups that was."""
-    wanted, used, round_ = len(batch.groups), 0, 0
-    while True:
-        missing = wanted - sum(informative(group) for group in batch.groups)
-        n = min(missing, cap - used, len(spare) - used)
-        if n <= 0:
-            return batch, used
-        round_ += 1
-        batch = batch.joined(draw(spare[used:used + n], round_))
-        used += n

@@ -6,7 +6,8 @@ One step, top to bottom (`run_step`):
      learnable ones by their pass-rate estimates; either way resume keeps the order);
   2. sample G completions per puzzle from the current policy (or the initial weights in
      `frozen` mode) and score them with the one shared scorer; with dynamic sampling, groups
-     whose answers all pass or all fail are replaced by groups of spare puzzles (`refill`);
+     whose answers all pass or all fail are replaced by groups of spare puzzles, which join
+     the same continuous batch (`dynamic_rollouts`);
   3. group advantages; zero-variance groups (and optionally truncated completions) drop out;
   4. reference log-probs (adapters off, or the frozen copy) when beta > 0, and old-policy
      log-probs when mu > 1, from training-style forwards without gradient;
@@ -40,7 +41,7 @@ from ..puzzles.format import Puzzle
 from .passrates import PassRateError, choose
 from .reporter import Reporter
 from ..runfiles import StepRecord
-from .rollouts import Episode, RolloutBatch, collect_rollouts, informative, refill, refill_seed
+from .rollouts import Episode, RolloutBatch, collect_rollouts, dynamic_rollouts, informative
 from .rundir import TrainingError, check_before_loading, eval_puzzles, open_run_dir, training_puzzles
 from .selection import SelectionError, select_training_puzzles
 from .start import environments, starting_point
@@ -313,7 +314,8 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     """One GRPO step; returns the history record and the rollouts. Data-parallel, this rank
     samples its share of `puzzles` (its rollouts come back), and the record covers all ranks.
     With `train.dynamic_sampling` on (one process only), groups that cannot teach are replaced
-    by groups of `spare` puzzles, in order (`refill`); the record's `puzzles` lists them all."""
+    by groups of `spare` puzzles, in order, in the same batch (`dynamic_rollouts`, one sampling
+    seed); the record's `puzzles` lists them all. Off, the step is `collect_rollouts` alone."""
     cfg = policy.config
     start = time.perf_counter()
     mx.reset_peak_memory()
@@ -325,16 +327,13 @@ def run_step(policy: Policy, optimizer: optim.Optimizer, env: Any, puzzles: list
     extra = 0  # replacement groups (dynamic sampling)
     if mine:
         with policy.sampling_model() as sampler:
-            def draw(chosen: list[Puzzle], round_: int) -> RolloutBatch:
-                plan = cfg.train_sampling(refill_seed(seed, round_) if round_ else seed)
-                return collect_rollouts(sampler, policy.tokenizer, env, chosen, plan, progress=progress,
-                                        desc=f"step {step} sampling" + (f" (replacements {round_})" if round_ else ""))
-
-            rollouts = draw(mine, 0)
-            ds = cfg.train.dynamic_sampling
+            plan, desc, ds = cfg.train_sampling(seed), f"step {step} sampling", cfg.train.dynamic_sampling
             if ds.enabled:
-                rollouts, extra = refill(rollouts, list(spare), ds.max_extra_groups or cfg.train.puzzles_per_step,
-                                         draw)
+                rollouts, extra = dynamic_rollouts(sampler, policy.tokenizer, env, mine, list(spare), plan,
+                                                   cap=ds.max_extra_groups or cfg.train.puzzles_per_step,
+                                                   progress=progress, desc=desc)
+            else:
+                rollouts = collect_rollouts(sampler, policy.tokenizer, env, mine, plan, progress=progress, desc=desc)
     groups, counts = loss_inputs(rollouts, cfg)
     update_start = time.perf_counter()
     # counted over all ranks: they all take part in the update
