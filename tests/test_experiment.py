@@ -257,6 +257,9 @@ def test_mine_is_the_measured_run(monkeypatch):
     assert run.config.train.steps == committed["training"]["steps"] == 6
     assert run.config.reward_without_tests == {"similarity": 1.0}
     assert experiment.data[0].argv[:2] == ["puzzles", "mine"] and "--no-repo-tests" in experiment.data[0].args
+    args = experiment.data[0].args  # the repository and commit measured, cloned by the step itself
+    assert args[0] == "https://github.com/more-itertools/more-itertools"
+    assert args[args.index("--commit") + 1] == committed["repository"]["head"]
     for piece in (p for p in pieces if isinstance(p, EvalPiece)):
         plan = piece.plan()
         assert (plan.group_size, plan.max_tokens, plan.temperature, piece.eval_set.split) == (2, 384, 0.8, "heldout")

@@ -340,6 +340,26 @@ def test_cli_writes_a_byte_identical_checkable_set(history, tmp_path):
     assert again.exit_code == 0 and "7 tasks: 0 with tests" in again.output
 
 
+def test_a_url_is_cloned_once_and_mined_up_to_the_commit(history, tmp_path):
+    """REPO as a URL (here file://): cloned into --clone-dir with its history, checked out at
+    --commit (mined up to it), and reused by the next command."""
+    url, clone_dir = f"file://{history.root}", tmp_path / "repos" / "lib"
+    args = ["puzzles", "mine", url, "--clone-dir", str(clone_dir), "--no-tests"]
+    at_k6 = CliRunner().invoke(main, [*args, "--commit", history.shas["K6"], "--out", str(tmp_path / "k6")])
+    assert at_k6.exit_code == 0, at_k6.output
+    assert "6 tasks: 0 with tests" in at_k6.output  # K7 is newer than the commit
+    assert (clone_dir / ".git").is_dir()
+    (clone_dir / "marker").write_text("the same clone")
+    newest = CliRunner().invoke(main, [*args, "--commit", history.shas["K7"], "--out", str(tmp_path / "k7")])
+    assert newest.exit_code == 0 and "7 tasks: 0 with tests" in newest.output
+    assert (clone_dir / "marker").read_text() == "the same clone"
+    assert json.loads((tmp_path / "k7" / "mine.json").read_text())["funnel"] == EXPECTED_FUNNEL
+    assert "--commit: only with a URL" in one_line_error(
+        ["puzzles", "mine", str(history.root), "--commit", history.shas["K6"], "--out", str(tmp_path / "x")])
+    assert "git clone file:///nowhere" in one_line_error(
+        ["puzzles", "mine", "file:///nowhere", "--clone-dir", str(tmp_path / "n"), "--out", str(tmp_path / "y")])
+
+
 def one_line_error(args: list[str]) -> str:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output

@@ -171,8 +171,12 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
 
 
 @puzzles.command("mine")
-@click.argument("repo", type=click.Path(path_type=Path))
+@click.argument("repo")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the mined task set.")
+@click.option("--commit", default=None,
+              help="With a URL for REPO: mine the history up to this commit (the clone is checked out there).")
+@click.option("--clone-dir", type=click.Path(path_type=Path), default=None,
+              help="With a URL for REPO: where the clone goes (made once, then reused) [default: outputs/repos/NAME].")
 @click.option("--max-lines", type=click.IntRange(min=1), default=30, show_default=True,
               help="Most changed lines (added + deleted) a commit may have in its one source file.")
 @click.option("--heldout-frac", type=click.FloatRange(0.0, 1.0), default=0.2, show_default=True,
@@ -192,18 +196,28 @@ def forge_command(seeds: tuple[Path, ...], out: Path, per_seed: int, families: s
               help="Seconds one pytest run of a candidate's tests may take; a slower one drops it (too_slow).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier mined set in --out.")
 @sandbox_options
-def mine_command(repo: Path, out: Path, max_lines: int, heldout_frac: float, max_commits: int | None,
-                 since: str | None, no_tests: bool, no_repo_tests: bool, snapshots: Path | None, repeats: int,
-                 test_timeout: float, overwrite: bool, sandbox: dict) -> None:
-    """Mine bug-fix tasks from the git history of REPO: commits that change one function in
-    one non-test .py file, the function before as buggy code and after as the oracle, the
-    commit message as the description; doctest examples become tests where they can."""
+def mine_command(repo: str, out: Path, commit: str | None, clone_dir: Path | None, max_lines: int,
+                 heldout_frac: float, max_commits: int | None, since: str | None, no_tests: bool, no_repo_tests: bool,
+                 snapshots: Path | None, repeats: int, test_timeout: float, overwrite: bool, sandbox: dict) -> None:
+    """Mine bug-fix tasks from the git history of REPO (a local repository, or a URL to clone):
+    commits that change one function in one non-test .py file, the function before as buggy
+    code and after as the oracle, the commit message as the description; doctest examples
+    become tests where they can."""
     from tqdm.auto import tqdm
 
     from ..forge import history
     from ..forge.mine import (MineError, MineSettings, attach_repo_tests, attach_tests, build_puzzles, collect,
                               format_funnel, test_candidates, write_mined)
 
+    if history.is_remote(repo):
+        try:
+            repo = history.clone(repo, clone_dir or Path("outputs") / "repos" / history.remote_name(repo), commit)
+        except (history.GitError, OSError) as exc:
+            fail(str(exc))
+    elif commit is not None or clone_dir is not None:
+        fail(f"--{'commit' if commit is not None else 'clone-dir'}: only with a URL for REPO "
+             f"(check out a local repository yourself)")
+    repo = Path(repo)
     if not history.is_repository(repo):
         fail(f"{repo}: not a git repository")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:

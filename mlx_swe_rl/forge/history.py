@@ -69,6 +69,38 @@ def is_repository(path: Path) -> bool:
         return False
 
 
+def is_remote(spec: str) -> bool:
+    """`spec` names a repository to clone (a URL, or git's `user@host:path`), not a local path."""
+    return "://" in spec or (spec.startswith("git@") and ":" in spec)
+
+
+def remote_name(url: str) -> str:
+    """The folder a clone of `url` gets: its last path component, less `.git`."""
+    name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    return name[:-4] if name.endswith(".git") else name
+
+
+def clone(url: str, dest: Path, commit: str | None = None) -> Path:
+    """A clone of `url` in `dest` with its whole history (the history is what is mined), made
+    once and reused, checked out at `commit` when given (fetched again if the clone lacks it)."""
+    dest = Path(dest)
+    if not is_repository(dest):
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise GitError(f"{dest}: exists and is not a git repository (choose another --clone-dir)")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["git", "clone", "--quiet", url, str(dest)], capture_output=True)
+        if proc.returncode != 0:
+            message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git clone {url}: " + (message[-1] if message else f"status {proc.returncode}"))
+    if commit is not None:
+        try:
+            git(dest, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+        except GitError:
+            git(dest, "fetch", "--quiet", "origin")
+        git(dest, "checkout", "--quiet", "--detach", commit)
+    return dest
+
+
 def head(repo: Path) -> str | None:
     """The sha HEAD points to, or None in a repository without commits."""
     try:
