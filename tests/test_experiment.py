@@ -59,6 +59,8 @@ def small(tmp_path: Path, **changes) -> dict:
     ({"variants": {"a": {"seed": [1]}}}, "variants.a.seed: unknown key (did you mean 'variants.a.seeds'?)"),
     ({"variants": {"a": {"sets": ["valid"]}}}, "variants.a.sets: 'valid' is not a set of this file"),
     ({"sets": {"x": {"prompt_template": "wrte"}}}, "sets.x.prompt_template: 'wrte' is not one of null, block, seed"),
+    ({"variants": {"a": {"soup": 3}}}, "variants.a.soup: only with adapter"),
+    ({"variants": {"a": {"adapter": "r", "soup": 1}}}, "variants.a.soup: expected a number of kept adapters (2 or more)"),
     ({"sets": {"train": {"samples": 0}}}, "sets.train.samples: 0 is below the minimum 1"),
     ({"sets": {"train": {"sample": 8}}}, "sets.train.sample: unknown key (did you mean 'sets.train.samples'?)"),
     ({"sets": {"train": {"split": "valid"}}}, "sets.train.split: 'valid' is not one of all, train, heldout"),
@@ -212,6 +214,33 @@ def test_evaluation_only_variants_and_script_steps(tmp_path):
     assert result["evaluated"]["full"]["puzzles"]["train"]["newly_solved"] == ["p0"]
     assert "narrow" not in result["evaluated"] and "full" not in result["runs"]
     assert "| full | train (4) | 4 | 37.5 | 43.8 | +6.2" in markdown(result)
+
+
+def test_a_soup_variant_evaluates_the_mean_of_a_runs_last_kept_adapters(tmp_path):
+    import mlx.core as mx
+    import numpy as np
+
+    from mlx_swe_rl.cli.experiment import make_soup
+
+    run = tmp_path / "run"
+    data = small(tmp_path)
+    data["variants"]["soup"] = {"adapter": str(run), "soup": 2, "sets": ["heldout"]}
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    (piece,) = [p for p in plan_pieces(experiment) if isinstance(p, EvalPiece) and p.model == "soup"]
+    assert piece.adapter == tmp_path / "out" / "soup-adapter" and piece.soup == (run, 2)
+    assert piece.state() == f"to evaluate (K = 1); needs the last 2 adapters {run} keeps (made into {piece.adapter})"
+    with pytest.raises(click.ClickException, match="kept 0 adapter"):
+        make_soup(piece, print)
+    for step in (10, 20, 30):  # as train.keep_every writes them
+        kept = run / "kept" / f"step-{step:05d}"
+        kept.mkdir(parents=True)
+        mx.save_safetensors(str(kept / "adapters.safetensors"), {"w": mx.full((2, 2), float(step))})
+        (kept / "adapter_config.json").write_text('{"fine_tune_type": "lora"}')
+        (kept / "state.json").write_text(json.dumps({"step": step}))
+    lines = []
+    make_soup(piece, lines.append)
+    assert np.array_equal(np.array(mx.load(str(piece.adapter / "adapters.safetensors"))["w"]), np.full((2, 2), 25.0))
+    assert lines == [f"eval soup on heldout: the soup of step-00020, step-00030 of {run} -> {piece.adapter}"]
 
 
 @pytest.mark.parametrize("name, renamed", [("learn-stop", {}), ("transfer", {}),

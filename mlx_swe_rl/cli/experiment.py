@@ -184,6 +184,8 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     from .options import model_report, select_puzzles
 
     cfg, s = piece.asked, piece.eval_set
+    if piece.soup is not None and not piece.adapter.is_dir():
+        make_soup(piece, log)
     if piece.adapter is not None and not piece.adapter.is_dir():  # another experiment's run, not made yet
         fail(f"{piece.name}: no adapters at {piece.adapter} (run what makes them first)")
     puzzles = select_puzzles(Path(s.puzzles) if s.puzzles else None, s.tiers, s.split)  # as `eval --puzzles`
@@ -199,6 +201,22 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     write_json_atomic(piece.out, report)
     rate, low, high = overall(report)
     log(f"{piece.name}: avg@{s.samples} {100 * rate:.1f}% [{100 * low:.1f}, {100 * high:.1f}] -> {piece.out}")
+
+
+def make_soup(piece, log: Callable[[str], None]) -> None:
+    """A soup variant's adapter: the mean of the last K adapters its run kept (`models.soup`)."""
+    from ..models.soup import SoupError, soup
+    from ..rl.rundir import kept_adapters
+
+    run, k = piece.soup
+    kept = kept_adapters(run)
+    if len(kept) < k:
+        fail(f"{piece.name}: {run} kept {len(kept)} adapter(s), the soup needs its last {k} (train.keep_every)")
+    try:
+        soup(kept[-k:], piece.adapter)
+    except SoupError as exc:
+        fail(f"{piece.name}: {exc}")
+    log(f"{piece.name}: the soup of {', '.join(p.name for p in kept[-k:])} of {run} -> {piece.adapter}")
 
 
 def _release_memory() -> None:

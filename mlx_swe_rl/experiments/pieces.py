@@ -92,6 +92,7 @@ class EvalPiece:
     out: Path
     baseline: Path | None  # the base model's evaluation of the same set, asked the same way
     elsewhere: bool = False  # its adapters are made outside this experiment (an evaluation-only variant's)
+    soup: tuple[Path, int] | None = None  # (run, K): `adapter` is made as the mean of the run's last K kept adapters
 
     @property
     def name(self) -> str:
@@ -113,6 +114,8 @@ class EvalPiece:
             return "kept"
         waits = self.elsewhere and self.adapter is not None and not self.adapter.is_dir()
         needs = f"; needs {self.adapter}, not there yet" if waits else ""
+        if waits and self.soup is not None:
+            needs = f"; needs the last {self.soup[1]} adapters {self.soup[0]} keeps (made into {self.adapter})"
         return f"to evaluate (K = {self.eval_set.samples}){needs}"
 
     def puzzles(self) -> list:
@@ -182,9 +185,17 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
                                        None)
             if variant.adapter is None and asked_as(cfg, eval_set) == asked_as(shared, eval_set):
                 continue  # the base model asked as the base evaluation asks it: that evaluation itself
-            evals.append(EvalPiece(variant.name, set_name, eval_set, cfg, variant.adapter,
-                                   eval_path(experiment, variant.name, set_name), bases[key].out, elsewhere=True))
+            adapter = soup_path(experiment, variant.name) if variant.soup else variant.adapter
+            soup = (variant.adapter, variant.soup) if variant.soup else None
+            evals.append(EvalPiece(variant.name, set_name, eval_set, cfg, adapter,
+                                   eval_path(experiment, variant.name, set_name), bases[key].out, elsewhere=True,
+                                   soup=soup))
     return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]
+
+
+def soup_path(experiment: Experiment, variant: str) -> Path:
+    """Where a soup variant's adapter is made (once, before its first evaluation)."""
+    return experiment.output_dir / f"{variant}-adapter"
 
 
 def eval_path(experiment: Experiment, model: str, set_name: str) -> Path:

@@ -37,7 +37,7 @@ from ..env.prompts import TEMPLATES
 from ..rl.config import Config, ConfigError, as_assignments, from_dict, load_config, meta, read_yaml_mapping
 
 TOP_KEYS = ("name", "about", "output_dir", "base", "overrides", "seeds", "variants", "sets", "data", "pairs")
-VARIANT_KEYS = ("about", "overrides", "seeds", "sets", "adapter")
+VARIANT_KEYS = ("about", "overrides", "seeds", "sets", "adapter", "soup")
 PAIR_KEYS = ("variant", "minus")
 # The data steps an experiment may run: `mlx-swe-rl puzzles forge|sample|calibrated|mine|harvest|stubs` and the
 # calibration (`mlx-swe-rl calibrate --write-train-set`, once named rollouts), each with the options
@@ -92,6 +92,7 @@ class Variant:
     about: str = ""
     trains: bool = True
     adapter: Path | None = None  # an evaluation-only variant's adapter directory (None: the base model)
+    soup: int = 0  # > 0: evaluate the mean of the last `soup` adapters `adapter` (a run) kept (train.keep_every)
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,8 @@ def _variant(name: str, body: Any, seeds: tuple[int, ...], sets: dict[str, EvalS
             raise ConfigError(f"{path}: {key}.sets: '{s}' is not a set of this file (sets: {', '.join(sets)})")
     overrides = _mapping(body.get("overrides"), f"{key}.overrides", path)
     about = _string(body.get("about", ""), f"{key}.about", path)
+    if "soup" in body and "adapter" not in body:
+        raise ConfigError(f"{path}: {key}.soup: only with adapter (the run whose kept adapters it averages)")
     if "adapter" in body:  # evaluation only: one evaluation per set, no seeds
         if name == BASE:  # its files would be the base model's own
             raise ConfigError(f"{path}: {key}: '{BASE}' names the base model's evaluations; choose another name")
@@ -277,8 +280,12 @@ def _variant(name: str, body: Any, seeds: tuple[int, ...], sets: dict[str, EvalS
         adapter = body["adapter"]
         if adapter is not None and not isinstance(adapter, str):
             raise ConfigError(f"{path}: {key}.adapter: expected an adapter directory or none, got {adapter!r}")
-        return Variant(name, overrides, (), tuple(chosen), about, trains=False,
-                       adapter=None if adapter in (None, NO_ADAPTER) else Path(adapter))
+        adapter = None if adapter in (None, NO_ADAPTER) else Path(adapter)
+        soup = body.get("soup", 0)
+        if soup and (not isinstance(soup, int) or isinstance(soup, bool) or soup < 2 or adapter is None):
+            raise ConfigError(f"{path}: {key}.soup: expected a number of kept adapters (2 or more) of the run "
+                              f"named by adapter, got {soup!r}")
+        return Variant(name, overrides, (), tuple(chosen), about, trains=False, adapter=adapter, soup=soup)
     return Variant(name, overrides, _seeds(body["seeds"], f"{key}.seeds", path) if "seeds" in body else seeds,
                    tuple(chosen), about)
 
