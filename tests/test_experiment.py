@@ -567,6 +567,30 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
             (True, "write", shipped["prompt"]["system"])}
 
 
+def test_transfer15_is_the_run_issue_53_asks_for(monkeypatch):
+    """At least 150 steps of 4 puzzles x G 8 with LoRA, KL and dynamic sampling on the calibrated
+    harvest pool, every 10th adapter kept and the soup of the last three as the final adapter,
+    evaluated greedy on 300 held-out puzzles, avg@4 on 100, on the bundled puzzles and on writing
+    the held-out functions."""
+    monkeypatch.chdir(REPO)
+    experiment = load(REPO / "configs/experiments/transfer15.yaml", cli)
+    pieces = plan_pieces(experiment)
+    (run,) = [p for p in pieces if isinstance(p, RunPiece)]
+    cfg = run.config
+    assert cfg.model.spec == "qwen2.5-coder-1.5b" and cfg.finetune.mode == "lora" and cfg.grpo.beta > 0
+    assert (cfg.train.steps, cfg.train.puzzles_per_step, cfg.sampling.group_size) == (150, 4, 8)
+    assert cfg.train.dynamic_sampling.enabled and cfg.train.order == "epoch" and cfg.puzzles.select == "mixed"
+    assert (cfg.train.keep_every, cfg.train.save_every) == (10, 1)
+    assert experiment.variants["soup"].soup == 3 and experiment.variants["soup"].adapter == run.run_dir
+    sets = {name: experiment.sets[name] for name in experiment.variants["soup"].sets}
+    draws = {step.outputs[0].name: step.args for step in experiment.data if step.command == "sample"}
+    assert sets["heldout"].samples == 1 and draws["heldout300.json"][2] == "300"
+    assert sets["heldout4"].samples == 4 and draws["heldout100.json"][2] == "100"
+    assert all("--split" in args and args[args.index("--split") + 1] == "heldout"
+               for name, args in draws.items() if name.startswith("heldout"))
+    assert sets["write"].prompt_template == "write" and sets["bundled"].puzzles is None
+
+
 def test_multi_turn_is_the_committed_comparison(monkeypatch):
     """multi-turn.yaml: the multi-turn run's 8 steps and the single-turn run, which trains
     configs/learn.yaml as learn-stop's onpolicy-s0 does (the driver continued that run for it);
