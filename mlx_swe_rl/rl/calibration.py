@@ -17,7 +17,7 @@ from .grpo import group_advantages
 from ..puzzles.format import Puzzle
 from .config import SamplingPlan
 from .rollouts import (END, JOIN, MIXED, WAIT, Decision, Driver, Episode, LiveEpisode, category, collect_rollouts,
-                       plan_driver)
+                       decide_once, plan_driver)
 
 
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
@@ -81,13 +81,7 @@ class Rounds:
         self.finished[live.tag].append(live)
 
     def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
-        e = live.tag
-        if e not in self.decided:
-            decision = self._gate(driver, e)
-            if decision is WAIT:
-                return WAIT
-            self.decided[e] = decision
-        return self.decided[e]
+        return decide_once(self.decided, live.tag, lambda: self._gate(driver, live.tag))
 
     def _gate(self, driver: Driver, e: int) -> Decision | None:
         before = e - 1  # the same puzzle's previous round

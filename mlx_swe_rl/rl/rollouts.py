@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from ..env.codefix import CodeFixEnv
 from ..env.verdict import Verdict
@@ -293,6 +293,17 @@ JOIN, END = Decision(True), Decision(False)
 WAIT = None  # not decided yet: the request stays held and is asked again at the next refill
 
 
+def decide_once(decided: dict[int, Decision], key: int, gate: Callable[[], Decision | None]) -> Decision | None:
+    """`gate()`'s decision for `key`, taken once and kept in `decided` (every held answer of one
+    group or round goes the same way); WAIT is not kept, so the gate is asked again later."""
+    if key not in decided:
+        decision = gate()
+        if decision is WAIT:
+            return WAIT
+        decided[key] = decision
+    return decided[key]
+
+
 class EpisodePolicy(Protocol):
     """What happens next in a driver's loop, decided when answers finish (`answered`: queue a
     held follow-up, note the answer) and when a held request could join (`decide`, reading
@@ -441,13 +452,7 @@ class Refill(Turns):
     def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
         if live.samples:  # a later turn; only spare groups' first answers are held otherwise
             return self._next_turn(driver, live)
-        p = live.index
-        if p not in self.spares:
-            decision = self._gate(driver, p)
-            if decision is WAIT:
-                return WAIT
-            self.spares[p] = decision
-        return self.spares[p]
+        return decide_once(self.spares, live.index, lambda: self._gate(driver, live.index))
 
     def _next_turn(self, driver: Driver, live: LiveEpisode) -> Decision:
         """`Turns`' decision on `live`'s held later turn, taken once (it extends the episode's ids)."""
