@@ -167,6 +167,39 @@ def test_the_forge_reads_the_seeds_and_holds_out_whole_functions(harvested, scor
     assert all(len(s) == 1 for s in splits.values())  # every mutant of a function on one side
 
 
+def test_the_process_random_generator_reads_the_world_a_seeded_one_does_not(tmp_path):
+    (tmp_path / "draws.py").write_text(textwrap.dedent('''
+        import random
+        from random import choice, Random
+
+
+        def bits(n):
+            # the process's generator: a recorded output would not repeat
+            out = []
+            for _ in range(n):
+                out.append(random.choice("01"))
+            return "".join(out)
+
+
+        def pick(items):
+            first = list(items)
+            first.sort()
+            chosen = choice(first)
+            return chosen
+
+
+        def sample(prob, seq, seed=0):
+            rng = random.Random(seed)
+            kept = []
+            for item in seq:
+                if rng.random() < prob:
+                    kept.append(item)
+            return kept
+    '''))
+    scan = scan_file(tmp_path / "draws.py", tmp_path, "t")
+    assert [c.name for c in scan.candidates] == ["sample"]
+
+
 def test_standard_library_imports_travel_with_the_code(tmp_path):
     (tmp_path / "paths.py").write_text(textwrap.dedent('''
         import os.path

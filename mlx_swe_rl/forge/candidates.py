@@ -17,10 +17,11 @@ A function is a candidate when it is:
   private helper or read a module constant, and without them only one in five would count.
   No `global`/`nonlocal`, no import of another module (third-party or the package's own);
 - free of what reads the world or the process: builtins such as `open`, `input`, `print`,
-  `eval`, `id`, `hash`; modules such as `sys`, `time`, `shutil`, `tempfile`, `pathlib`; and `os`
-  beyond its pure path helpers (`os.path`, `os.sep`, `os.fspath`...). A result that depends on
-  the machine's files, clock or process says nothing a test could pin down, and would differ
-  on the machine that trains.
+  `eval`, `id`, `hash`; modules such as `sys`, `time`, `shutil`, `tempfile`, `pathlib`; `os`
+  beyond its pure path helpers (`os.path`, `os.sep`, `os.fspath`...); and `random` beyond
+  `Random` (its module-level functions draw from the process's generator). A result that
+  depends on the machine's files, clock or process says nothing a test could pin down, and
+  would differ on the machine that trains, or from one run to the next.
 
 Each candidate carries the literals of its body and its module (small ints, floats and short
 strings), from which `recorded` chooses inputs.
@@ -47,6 +48,10 @@ WORLD_MODULES = frozenset(("sys", "time", "platform", "getpass", "pwd", "grp", "
                            "sched", "zoneinfo", "mimetypes", "netrc", "pkgutil", "runpy", "faulthandler", "tracemalloc"))
 OS_PURE = frozenset(("path", "sep", "altsep", "curdir", "pardir", "extsep", "pathsep", "linesep", "devnull", "name",
                      "fspath", "fsencode", "fsdecode", "PathLike"))
+# Modules only part of which is fit: the names of each that do not read the world. `random`'s
+# module-level functions draw from the process's generator (a recorded output would not repeat);
+# a `Random(seed)` the function makes or is given does repeat.
+PURE_PARTS = {"os": OS_PURE, "random": frozenset(("Random",))}
 MAX_LITERALS = 12  # of each kind, per candidate
 MAX_HELPER_LINES = 40  # the carried helpers' lines, all together: the puzzle stays readable
 STAGES = ("functions", "sized", "self_contained", "with_helpers")  # with_helpers: of self_contained
@@ -185,22 +190,25 @@ def carried(node: ast.FunctionDef, imports: dict[str, str], definitions: dict[st
 
 def reads_the_world(node: ast.AST, needed: list[str]) -> bool:
     """Whether a function (its tree, the import lines it needs) uses an unfit builtin, a world
-    module, or `os` beyond its pure helpers."""
+    module, or a name of `os` or `random` beyond their pure parts (PURE_PARTS)."""
     if any(isinstance(n, ast.Name) and n.id in UNFIT_BUILTINS for n in ast.walk(node)):
         return True
-    os_names: set[str] = set()
+    bound: dict[str, frozenset[str]] = {}  # a name the module binds to a partly fit module -> its fit names
     for line in needed:
         statement = ast.parse(line).body[0]
         modules = [a.name for a in statement.names] if isinstance(statement, ast.Import) else [statement.module or ""]
         if any(m.split(".")[0] in WORLD_MODULES for m in modules):
             return True
-        if isinstance(statement, ast.ImportFrom) and statement.module == "os":
-            if any(a.name not in OS_PURE for a in statement.names):
+        if isinstance(statement, ast.ImportFrom) and statement.module in PURE_PARTS:
+            if any(a.name not in PURE_PARTS[statement.module] for a in statement.names):
                 return True
         elif isinstance(statement, ast.Import):
-            os_names |= {a.asname or "os" for a in statement.names if a.name == "os" or a.name.startswith("os.")}
-    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in os_names
-               and n.attr not in OS_PURE for n in ast.walk(node))
+            for a in statement.names:
+                top = a.name.split(".")[0]
+                if top in PURE_PARTS:
+                    bound[a.asname or top] = PURE_PARTS[top]
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound
+               and n.attr not in bound[n.value.id] for n in ast.walk(node))
 
 
 def scan_file(path: Path, root: Path, source: str, max_helper_lines: int = MAX_HELPER_LINES) -> FileScan:
