@@ -6,6 +6,7 @@ the command writing seeds the forge reads."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import textwrap
 from dataclasses import replace
@@ -334,6 +335,20 @@ def test_a_function_whose_parameters_all_have_defaults_gets_values_for_the_first
 def test_only_plain_values_that_read_back_are_recorded():
     assert literal_of([1, (2.5, "a"), {"k": None}]) == "[1, (2.5, 'a'), {'k': None}]"
     assert literal_of(float("nan")) is None and literal_of(object()) is None and literal_of("x" * 500) is None
+
+
+def test_a_recorded_set_reads_the_same_whatever_the_process_hash_seed():
+    """String hashes are salted per process, so a set's order is; the recorded text is not."""
+    import subprocess
+    import sys
+
+    program = ("from mlx_swe_rl.forge.recorded import literal_of\n"
+               "print(literal_of([{'not', 'installed', 'pip', 'wheel'}, "
+               "{'x': {'q', 'r'}, 'b': 1}, (set(),), ('one',)]))")
+    texts = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3, 4)}
+    assert texts == {"[{'installed', 'not', 'pip', 'wheel'}, {'b': 1, 'x': {'q', 'r'}}, "
+                     "(set(),), ('one',)]\n"}
 
 
 # ----------------------------------------------------------------------------- decontamination

@@ -172,11 +172,28 @@ def argument_lists(parameters: list[Parameter], literals: tuple, rng: random.Ran
     return list(seen)[:attempts]
 
 
+def stable_repr(value: object) -> str:
+    """`repr`, with the elements of every set and the items of every dict in sorted order: a
+    set's order is its process's (string hashes are salted per process), so each harvest would
+    write the same recorded value differently. Equal values, equal texts."""
+    if isinstance(value, (set, frozenset)) and value:
+        body = "{" + ", ".join(sorted(stable_repr(v) for v in value)) + "}"
+        return body if type(value) is set else f"frozenset({body})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{stable_repr(k)}: {stable_repr(v)}" for k, v in value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(stable_repr(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(stable_repr(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
 def literal_of(value: object) -> str | None:
-    """The value's repr when it is plain data that reads back as itself, short enough."""
+    """The value's repr (`stable_repr`) when it is plain data that reads back as itself, short
+    enough."""
     if not is_plain(value):
         return None
-    text = repr(value)
+    text = stable_repr(value)
     if len(text) > MAX_REPR:
         return None
     try:
