@@ -17,7 +17,6 @@ import copy
 import hashlib
 from dataclasses import replace
 
-from ..env.rewards import normalise_source
 from ..puzzles.format import Puzzle, parse_python
 
 FAMILY = "spec"  # the family of a stub puzzle: not a mutation, the whole body is missing
@@ -61,7 +60,8 @@ def stub_puzzle(p: Puzzle) -> Puzzle:
     """The writing task of `p`'s function: its stub to complete, with `p`'s specification, tests,
     oracle, tier and split. Its id names the function and a digest of the oracle, so every
     mutant of one function gives the same stub."""
-    digest = hashlib.sha256(normalise_source(p.oracle).encode()).hexdigest()[:8]
+    # the oracle as the AST gives it back: the same function whatever its layout and comments
+    digest = hashlib.sha256(ast.unparse(parse_python(p.oracle)).encode()).hexdigest()[:8]
     source = {**(p.source or {}), "spec_of": p.id}
     return replace(p, id=f"spec-{p.entry_point.lower()}-{digest}", description=specification(p.description),
                    buggy=stub_code(p.oracle, p.entry_point), family=FAMILY, mutation=None, source=source, path=None)
