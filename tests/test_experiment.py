@@ -619,3 +619,12 @@ def test_multi_turn_is_the_committed_comparison(monkeypatch):
         assert (piece.config.prompt.template, piece.config.prompt.system) == ("block", "expert")
         assert piece.out.name == f"eval-{model}-{set_name}.json"  # what multi_turn_report.py reads
     assert evals[("generic", "train")].baseline == evals[("base", "train")].out
+
+
+def test_a_curve_with_steps_that_recorded_nothing_still_shows_the_others():
+    from mlx_swe_rl.experiments.figure import recorded
+
+    # the mission's KL: steps 2 and 4 had no group to learn from, so no update and no KL
+    assert recorded([0.0, None, 0.006, None, 0.011]) == ([1, 3, 5], [0.0, 0.006, 0.011])
+    assert recorded([None, None]) == ([], [])  # beta 0: nothing to draw
+

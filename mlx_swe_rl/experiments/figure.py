@@ -23,11 +23,10 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     for run, entry in result["runs"].items():
         colour, style = f"C{variants.index(entry['variant'])}", STYLES[seeds.index(entry["seed"]) % len(STYLES)]
         for ax, (key, _, _) in zip(axes, panels):
-            values = entry["curves"][key]
-            if not values or any(v is None for v in values):  # beta 0: no KL recorded
+            steps, shown = recorded(entry["curves"][key])
+            if not steps:
                 continue
-            steps = range(1, len(values) + 1)
-            ax.plot(steps, smooth(values) if key == "reward_mean" else values, style, color=colour, label=run,
+            ax.plot(steps, smooth(shown) if key == "reward_mean" else shown, style, color=colour, label=run,
                     marker="o", markersize=3)  # markers: a one-step run still shows
     for ax, (key, title, unit) in zip(axes, panels):
         ax.set(title=title, xlabel="step", ylabel=unit)
@@ -41,6 +40,14 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def recorded(values: list[float | None]) -> tuple[list[int], list[float]]:
+    """The steps (from 1) of a per-step curve that recorded a value, and those values. None is a
+    step with nothing recorded: beta 0 records no KL, and a step with no group to learn from
+    makes no update, so no KL either. Those steps are left out, not the whole curve."""
+    points = [(step, v) for step, v in enumerate(values, 1) if v is not None]
+    return [s for s, _ in points], [v for _, v in points]
 
 
 def _changes(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
