@@ -422,3 +422,34 @@ def test_tests_a_puzzle_keeps_hidden_are_never_public():
     assert set(TestSplit(public=10).public_indices(kept)) == set(range(4)) - set(first)
     everything = dataclasses.replace(PUZZLE, hidden_tests=(0, 1, 2, 3))
     assert split.public_indices(everything) == () and split.hidden_indices(everything) == (0, 1, 2, 3)
+
+
+def test_best_of_public_draws_another_answer_only_after_a_public_failure(tiny_model, chosen):
+    """Each episode is a chain of up to n independent answers: the drawn ones are a prefix of
+    the chain, every drawn answer but the last failed the public tests, and a chain stops early
+    only at an answer that passed them; the tokens counted are the drawn answers' tokens."""
+    from mlx_swe_rl.puzzles.format import load_puzzles
+    from mlx_swe_rl.rl.evaluation import Retries, best_of_public
+    from mlx_swe_rl.rl.rollouts import plan_driver
+
+    model, tokenizer = tiny_model
+    puzzles = load_puzzles(tiers=["easy"])[:3]
+    env = FeedbackEnv(chosen)
+    n, plan = 3, SamplingPlan(4, 1.0, 5, seed=7, max_turns=3)
+    driver = plan_driver(model, tokenizer, env, puzzles, plan.but(max_turns=1), False, "test")
+    retries = Retries(n)
+    chains = [retries.open(driver, p) for p in range(len(puzzles)) for _ in range(plan.group_size)]
+    stats = driver.run(retries)
+    lengths = set()
+    for chain in chains:
+        drawn = [live for live in chain if live.samples]
+        assert drawn == chain[:len(drawn)] and drawn  # a prefix, never a gap
+        assert not any(live.verdicts[-1].public_ok for live in drawn[:-1])
+        assert len(drawn) == n or drawn[-1].verdicts[-1].public_ok
+        lengths.add(len(drawn))
+    assert len(lengths) > 1  # some chains stopped early, some went on: both paths ran
+    assert stats.generated_tokens == sum(len(live.samples[0].token_ids) for c in chains for live in c if live.samples)
+
+    report = best_of_public(model, tokenizer, env, puzzles, plan, progress=False)
+    assert report["n"] == n and [p["samples"] for p in report["puzzles"]] == [plan.group_size] * len(puzzles)
+    assert 0 < report["generated_tokens"] <= n * plan.group_size * len(puzzles) * 5

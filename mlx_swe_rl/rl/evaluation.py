@@ -19,7 +19,8 @@ from typing import Any, Callable
 from ..env.codefix import CodeFixEnv
 from ..models import fastmath
 from ..puzzles.format import Puzzle
-from .rollouts import Episode, collect_rollouts
+from .rollouts import (END, JOIN, WAIT, Decision, Driver, Episode, LiveEpisode, collect_rollouts, decide_once,
+                       plan_driver)
 from .config import Config, SamplingPlan
 from ..runfiles import run_metadata, write_json_atomic
 from .stats import bootstrap_ci, compare_reports, format_changes
@@ -147,24 +148,60 @@ def turn_totals(episodes: list[Episode], turns: int) -> dict[str, Any]:
 
 def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
                    progress: bool = True) -> dict[str, Any]:
-    """The compute-matched baseline of an N-turn evaluation (`plan`: K episodes of N turns): N
-    independent answers per episode (single-turn, other random draws), keeping the first that
-    passes the public tests, else the last, judged on the hidden tests."""
+    """The compute-matched baseline of an N-turn evaluation (`plan`: K episodes of N turns): up
+    to N independent answers per episode (single-turn, fresh from the prompt), the next drawn
+    only when the one before failed the public tests; the first that passes them, else the
+    last, is judged on the hidden tests. `generated_tokens` counts the answers drawn."""
     samples, n = plan.group_size, plan.max_turns
-    batch = collect_rollouts(model, tokenizer, env, puzzles, plan.but(group_size=samples * n, max_turns=1,
-                                                                      turn_penalty=0.0),
-                             progress=progress, desc="best of n")
+    single = plan.but(group_size=samples, max_turns=1, turn_penalty=0.0)
+    driver = plan_driver(model, tokenizer, env, puzzles, single, progress, "best of n")
+    retries = Retries(n)
+    chains = [[retries.open(driver, p) for _ in range(samples)] for p in range(len(puzzles))]
+    stats = driver.run(retries)
     per_puzzle = []
-    for puzzle, group in zip(batch.puzzles, batch.groups):
+    for puzzle, episodes in zip(puzzles, chains):
         picks = []
-        for e in range(samples):
-            tries = group[e * n:(e + 1) * n]
-            picks.append(next((r for r in tries if r.verdict.public_ok), tries[-1]).solved)
+        for chain in episodes:
+            drawn = [live for live in chain if live.samples]
+            pick = next((live for live in drawn if live.verdicts[-1].public_ok), drawn[-1])
+            picks.append(pick.episode(puzzle.id, 0.0).solved)
         per_puzzle.append({"id": puzzle.id, "solved": sum(picks), "samples": samples})
     rates = [p["solved"] / p["samples"] for p in per_puzzle]
     mean, low, high = bootstrap_ci(rates)
-    return {"n": n, "pass@1": mean, "ci95": [low, high], "generated_tokens": batch.stats.generated_tokens,
+    return {"n": n, "pass@1": mean, "ci95": [low, high], "generated_tokens": stats.generated_tokens,
             "puzzles": per_puzzle}
+
+
+class Retries:
+    """Best-of-public's policy: an episode is a chain of up to `n` independent answers to one
+    puzzle, each a new request from the prompt (another random draw, not a later turn). The
+    first decodes at once; each later one waits, held in its place, and joins only when the one
+    before it has failed the public tests (it ends when that one passed, or itself ended)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.chains: list[list[LiveEpisode]] = []
+        self.decided: dict[int, Decision] = {}  # by tag: chain * n + attempt
+
+    def open(self, driver: Driver, p: int) -> list[LiveEpisode]:
+        """Queue one episode's chain for puzzle `p`: the first answer, then the held retries."""
+        chain = len(self.chains)
+        self.chains.append([driver.open(p, held=i > 0, tag=chain * self.n + i) for i in range(self.n)])
+        return self.chains[-1]
+
+    def answered(self, driver: Driver, live: LiveEpisode) -> None:
+        pass
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
+        return decide_once(self.decided, live.tag, lambda: self._gate(driver, live.tag))
+
+    def _gate(self, driver: Driver, tag: int) -> Decision | None:
+        before = self.chains[tag // self.n][tag % self.n - 1]
+        if self.decided.get(tag - 1) is END:
+            return END  # the answer before it was never drawn
+        if not before.samples:
+            return WAIT  # still decoding
+        return END if driver.verdict(before).public_ok else JOIN
 
 
 def format_turns(report: dict[str, Any]) -> list[str]:
