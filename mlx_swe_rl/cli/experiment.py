@@ -6,6 +6,7 @@ with more variants, skips what is there and resumes a started run from its check
 from __future__ import annotations
 
 import gc
+import shutil
 import subprocess
 import sys
 import time
@@ -212,10 +213,13 @@ def make_soup(piece, log: Callable[[str], None]) -> None:
     kept = kept_adapters(run)
     if len(kept) < k:
         fail(f"{piece.name}: {run} kept {len(kept)} adapter(s), the soup needs its last {k} (train.keep_every)")
+    staging = piece.adapter.with_name(piece.adapter.name + ".tmp")  # renamed when whole: a crash leaves no half soup
+    shutil.rmtree(staging, ignore_errors=True)
     try:
-        soup(kept[-k:], piece.adapter)
+        soup(kept[-k:], staging)
     except SoupError as exc:
         fail(f"{piece.name}: {exc}")
+    staging.rename(piece.adapter)
     log(f"{piece.name}: the soup of {', '.join(p.name for p in kept[-k:])} of {run} -> {piece.adapter}")
 
 
