@@ -626,14 +626,14 @@ def soup_command(checkpoints: tuple[Path, ...], out: Path, last: int | None) -> 
 
 def last_kept(runs: list[Path], n: int) -> list[Path]:
     """The last `n` adapters one run directory kept (soup --last), or a one-line failure."""
-    from ..rl.rundir import kept_adapters
+    from ..rl.rundir import TrainingError, last_kept_adapters
 
     if len(runs) != 1:
         fail(f"--last {n}: give one run directory, not {len(runs)} paths")
-    kept = kept_adapters(runs[0])
-    if len(kept) < n:
-        fail(f"--last {n}: {runs[0]} kept {len(kept)} adapter(s) (train.keep_every sets how often a run keeps one)")
-    return kept[-n:]
+    try:
+        return last_kept_adapters(runs[0], n)
+    except TrainingError as exc:
+        fail(f"--last {n}: {exc}")
 
 
 @main.command()

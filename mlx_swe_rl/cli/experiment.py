@@ -207,20 +207,18 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
 def make_soup(piece, log: Callable[[str], None]) -> None:
     """A soup variant's adapter: the mean of the last K adapters its run kept (`models.soup`)."""
     from ..models.soup import SoupError, soup
-    from ..rl.rundir import kept_adapters
+    from ..rl.rundir import TrainingError, last_kept_adapters
 
     run, k = piece.soup
-    kept = kept_adapters(run)
-    if len(kept) < k:
-        fail(f"{piece.name}: {run} kept {len(kept)} adapter(s), the soup needs its last {k} (train.keep_every)")
     staging = piece.adapter.with_name(piece.adapter.name + ".tmp")  # renamed when whole: a crash leaves no half soup
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        soup(kept[-k:], staging)
-    except SoupError as exc:
+        kept = last_kept_adapters(run, k)
+        soup(kept, staging)
+    except (SoupError, TrainingError) as exc:
         fail(f"{piece.name}: {exc}")
     staging.rename(piece.adapter)
-    log(f"{piece.name}: the soup of {', '.join(p.name for p in kept[-k:])} of {run} -> {piece.adapter}")
+    log(f"{piece.name}: the soup of {', '.join(p.name for p in kept)} of {run} -> {piece.adapter}")
 
 
 def _release_memory() -> None:

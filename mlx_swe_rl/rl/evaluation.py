@@ -153,8 +153,8 @@ def best_of_public(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Pu
     only when the one before failed the public tests; the first that passes them, else the
     last, is judged on the hidden tests. `generated_tokens` counts the answers drawn."""
     samples, n = plan.group_size, plan.max_turns
-    single = plan.but(group_size=samples, max_turns=1, turn_penalty=0.0)
-    driver = plan_driver(model, tokenizer, env, puzzles, single, progress, "best of n")
+    # the driver reads the plan's engine settings and stop rule only: the chains set the answers
+    driver = plan_driver(model, tokenizer, env, puzzles, plan, progress, "best of n")
     retries = Retries(n)
     chains = [[retries.open(driver, p) for _ in range(samples)] for p in range(len(puzzles))]
     stats = driver.run(retries)

@@ -456,9 +456,7 @@ class Refill(Turns):
 
     def _next_turn(self, driver: Driver, live: LiveEpisode) -> Decision:
         """`Turns`' decision on `live`'s held later turn, taken once (it extends the episode's ids)."""
-        if live.seq not in self.next_turns:
-            self.next_turns[live.seq] = super().decide(driver, live)
-        return self.next_turns[live.seq]
+        return decide_once(self.next_turns, live.seq, lambda: Turns.decide(self, driver, live))
 
     def _gate(self, driver: Driver, p: int) -> Decision | None:
         k = p - self.wanted  # the k-th spare

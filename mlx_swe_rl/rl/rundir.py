@@ -83,6 +83,15 @@ def kept_adapters(run_dir: Path) -> list[Path]:
     return sorted(p for p in (run_dir / KEPT).glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
+def last_kept_adapters(run_dir: Path, n: int) -> list[Path]:
+    """The last `n` adapters a run kept (a soup's inputs); TrainingError when it kept fewer."""
+    kept = kept_adapters(run_dir)
+    if len(kept) < n:
+        raise TrainingError(f"{run_dir} kept {len(kept)} adapter(s), not the last {n} asked for "
+                            f"(train.keep_every sets how often a run keeps one)")
+    return kept[-n:]
+
+
 def find_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run (the previous one if a swap was interrupted)."""
     for name in (CHECKPOINT, CHECKPOINT_OLD):
