@@ -105,7 +105,7 @@ class StepRecord:
     sample_s: float
     prefill_s: float  # part of sample_s: the prompts' forwards
     score_s: float
-    reference_s: float  # old/reference log-prob forwards
+    reference_s: float  # old/reference log-prob forwards (and the frozen bottom blocks, `Entry`)
     optimizer_s: float  # part of update_s: the optimizer's updates
     update_s: float  # reference_s + forward/backward + optimizer_s
     step_s: float

@@ -2,11 +2,13 @@
 
 import mlx.core as mx
 import mlx.nn as nn
+import pytest
 from mlx.utils import tree_flatten
 
 from mlx_swe_rl.rl.config import FinetuneConfig
 from mlx_swe_rl.models.specs import load_model
-from mlx_swe_rl.rl.policy import (GroupBatch, SequenceBatch, completion_log_probs, group_log_probs, lora_layers, prepare_policy)
+from mlx_swe_rl.rl.policy import (GroupBatch, SequenceBatch, completion_log_probs, completion_pass, group_log_probs, lora_layers,
+                                  prepare_policy, prompt_states)
 
 
 def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
@@ -101,7 +103,6 @@ def test_micro_batched_group_gradient_equals_the_whole_group_gradient(tiny_model
     # the micro-batches' gradients with respect to the prompt's keys, values and last hidden
     # state back through it in one vector-Jacobian product; the gradient is the whole group's.
     from mlx_swe_rl.rl.trainer import LossGroup, group_gradients, micro_batches
-    from mlx_swe_rl.rl.policy import completion_pass, prompt_states
 
     model, _ = load_model(str(tiny_model_dir))
     prepare_policy(model, FinetuneConfig())
@@ -135,3 +136,58 @@ def test_micro_batched_group_gradient_equals_the_whole_group_gradient(tiny_model
     assert any(mx.abs(v).max().item() > 1e-3 for k, v in whole.items() if ".layers.0." in k)
     # and the model holds its real parameters again, not the transformations' copies
     assert all(isinstance(v, mx.array) for _, v in tree_flatten(model.trainable_parameters()))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_frozen_bottom_blocks_run_once_and_change_nothing(tmp_path, arch):
+    # LoRA on the last 2 of 4 blocks: blocks 0-1 hold nothing trainable, so `with_entries` runs
+    # them once per group and the policy's and the reference's passes start at block 2. The
+    # log-probs (adapters on and off) and the gradient are those of the whole forward.
+    from tiny_model import make_tiny_model
+
+    from mlx_swe_rl.rl.config import LoRAConfig
+    from mlx_swe_rl.rl.policy import adapters_off, frozen_depth
+    from mlx_swe_rl.rl.trainer import LossGroup, group_gradients, micro_batches, no_grad_log_probs, with_entries
+
+    model, _ = load_model(str(make_tiny_model(tmp_path / "m", layers=4, arch=arch)))
+    prepare_policy(model, FinetuneConfig(lora=LoRAConfig(num_layers=2)))
+    assert frozen_depth(model) == 2
+    mx.random.seed(3)
+    for layer in lora_layers(model):
+        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
+    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22]]
+    group = LossGroup(list(range(5, 60)), completions, [[1.0] * len(c) for c in completions],
+                      [1.0, -0.5, 0.3, 2.0, -1.2], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2] * 5)
+
+    def loss_fn(m, old, ref, states):
+        logp, _ = completion_pass(model, states or prompt_states(model, m.batch.prompt, m.entry), m.batch, entry=m.entry)
+        return (logp.sum(axis=1) * m.advantages * m.weights).sum(), {"tokens": m.batch.mask().sum()}
+
+    whole = micro_batches(group, 64)
+    _, expected = nn.value_and_grad(model, lambda: loss_fn(whole[0], None, None, None))()
+    expected = dict(tree_flatten(expected))
+    assert expected and all(".layers.2." in k or ".layers.3." in k for k in expected)
+    for size in (2, 64):
+        plain = micro_batches(group, size)
+        micro = with_entries(model, plain)
+        assert all(m.entry is not None and m.entry.depth == 2 for m in micro)
+        assert micro[0].entry.prompt is micro[-1].entry.prompt  # the prompt's bottom blocks ran once
+        with adapters_off(model):
+            for a, b in zip(no_grad_log_probs(model, plain), no_grad_log_probs(model, micro)):
+                assert mx.abs(a - b).max().item() < 1e-5
+        for a, b in zip(no_grad_log_probs(model, plain), no_grad_log_probs(model, micro)):
+            assert mx.abs(a - b).max().item() < 1e-5
+        sums: dict[str, float] = {}
+        got = dict(tree_flatten(group_gradients(model, loss_fn, micro, [None] * len(micro), [None] * len(micro), sums)))
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            assert mx.abs(got[name] - value).max().item() < 1e-5 + 1e-4 * mx.abs(value).max().item(), name
+
+
+def test_frozen_depth_is_zero_when_every_block_or_the_embedding_trains(tiny_model_dir):
+    from mlx_swe_rl.rl.policy import frozen_depth
+
+    for finetune in (FinetuneConfig(), FinetuneConfig(mode="full")):
+        model, _ = load_model(str(tiny_model_dir))
+        prepare_policy(model, finetune)
+        assert frozen_depth(model) == 0

@@ -167,7 +167,8 @@ class LoRAConfig:
     rank: int = meta(8, min=1, doc="LoRA rank")
     scale: float = meta(20.0, min=0.0, doc="LoRA scale (mlx-lm convention)")
     dropout: float = meta(0.0, min=0.0, max=1.0, doc="LoRA dropout")
-    num_layers: int = meta(-1, min=-1, doc="last N transformer blocks get adapters (-1 = all)")
+    num_layers: int = meta(-1, min=-1, doc="last N transformer blocks get adapters (-1 = all); an update runs the "
+                           "blocks below once per group, without gradient, for the policy and the reference alike")
     keys: list[str] | None = meta(None, doc="module paths inside a block, e.g. [self_attn.q_proj] (null = all linears)")
 
 

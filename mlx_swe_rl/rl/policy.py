@@ -21,6 +21,7 @@ from mlx_lm.tuner.lora import LoRALinear
 
 from .config import Config, FinetuneConfig
 from .grpo import token_log_probs
+from ..models import fastmath
 
 
 def lora_parameters(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -303,23 +304,104 @@ class PromptStates:
         return cls(list(arrays[:n]), list(arrays[n:2 * n]), arrays[-1])
 
 
-def prompt_states(model: nn.Module, prompt: mx.array) -> PromptStates:
-    """One forward over a prompt's ids [P]: its keys and values per layer and last hidden state."""
-    caches = [PrefixCache() for _ in model.layers]
-    hidden = model.model(prompt[None], cache=caches)  # [1, P, H]
+@dataclass
+class Entry:
+    """One micro-batch's hidden states entering block `depth`, computed once without gradient by
+    the blocks below it. Those blocks hold no adapter, so they are the same for the policy and
+    its adapters-off reference: both passes start at block `depth`, and the gradient stops
+    there."""
+
+    depth: int
+    prompt: mx.array  # [1, P, H]: the group's prompt (one array shared by its micro-batches)
+    completions: mx.array  # [g, width - 1, H]: completion tokens 0 .. width - 2, which the loss reads after
+
+
+def frozen_depth(model: nn.Module) -> int:
+    """How many bottom blocks a training pass may skip: those below the lowest block with a
+    trainable parameter (LoRA on the last N of L blocks: L - N; full fine-tuning: 0). 0 also
+    where the model's forward cannot start at a block (see `_plain_blocks`)."""
+    if not _plain_blocks(model.model):
+        return 0
+    names = [name for name, _ in tree_flatten(model.trainable_parameters())]
+    if not names or not all(name.startswith("model.layers.") for name in names):
+        return 0
+    return min(int(name.split(".")[2]) for name in names)
+
+
+def _plain_blocks(inner: nn.Module) -> bool:
+    """Whether mlx-lm's forward of this inner model is embed, then every block under one causal
+    mask made from the first cache, then the final norm, so `_blocks` may run any slice of it:
+    qwen2 (not pipelined) and llama without sliding-window layers."""
+    from mlx_lm.models import llama, qwen2
+
+    if isinstance(inner, qwen2.Qwen2Model):
+        return getattr(inner, "pipeline_size", 1) == 1
+    return isinstance(inner, llama.LlamaModel) and getattr(inner, "swa_idx", None) is None
+
+
+def _blocks(model: nn.Module, hidden: mx.array, caches: list[PrefixCache], start: int, stop: int) -> mx.array:
+    """Blocks start .. stop - 1 over `hidden` (entering block `start`), one cache per block, under
+    the mask the first cache makes (as mlx-lm's forward does)."""
+    from mlx_lm.models.base import create_attention_mask
+
+    mask = create_attention_mask(hidden, caches[0])
+    for layer, cache in zip(model.model.layers[start:stop], caches):
+        hidden = layer(hidden, mask, cache)
+    return hidden
+
+
+def entries(model: nn.Module, batches: list[GroupBatch], depth: int) -> list[Entry]:
+    """The `Entry` at block `depth` of each micro-batch of one group (`batches` share a prompt):
+    the prompt through blocks 0 .. depth - 1 once, then each micro-batch's completions against
+    its keys and values. No gradient; the fast prompt-length attention may run."""
+    embed = model.model.embed_tokens
+    caches = [PrefixCache() for _ in range(depth)]
+    out = []
+    with fastmath.inference():
+        prompt = mx.stop_gradient(_blocks(model, embed(batches[0].prompt[None]), caches, 0, depth))
+        mx.eval(prompt)
+        for batch in batches:
+            if batch.width > 1:
+                shared = [PrefixCache(c.keys, c.values) for c in caches]
+                completions = mx.stop_gradient(_blocks(model, embed(batch.tokens[:, :-1]), shared, 0, depth))
+            else:
+                completions = mx.zeros((batch.tokens.shape[0], 0, prompt.shape[-1]), prompt.dtype)
+            mx.eval(completions)
+            out.append(Entry(depth, prompt, completions))
+    return out
+
+
+def _forward(model: nn.Module, tokens: mx.array, caches: list[PrefixCache], entered: mx.array | None,
+             depth: int) -> mx.array:
+    """Final hidden states of `tokens`: the whole forward, or with `entered` (their hidden states
+    entering block `depth`) the blocks from `depth` on and the final norm."""
+    if entered is None:
+        return model.model(tokens, cache=caches)
+    return model.model.norm(_blocks(model, entered, caches, depth, len(model.model.layers)))
+
+
+def prompt_states(model: nn.Module, prompt: mx.array, entry: Entry | None = None) -> PromptStates:
+    """One forward over a prompt's ids [P]: its keys and values per layer and last hidden state.
+    With an `entry`, only blocks from `entry.depth` on run, and only their keys and values are held."""
+    depth = entry.depth if entry is not None else 0
+    caches = [PrefixCache() for _ in model.layers[depth:]]
+    hidden = _forward(model, prompt[None], caches, entry.prompt if entry is not None else None, depth)  # [1, P, H]
     return PromptStates([c.keys for c in caches], [c.values for c in caches], hidden[:, -1:])
 
 
-def completion_pass(model: nn.Module, states: PromptStates, batch: GroupBatch, with_entropy: bool = False
-                    ) -> tuple[mx.array, mx.array | None]:
+def completion_pass(model: nn.Module, states: PromptStates, batch: GroupBatch, with_entropy: bool = False,
+                    entry: Entry | None = None) -> tuple[mx.array, mx.array | None]:
     """log pi of `batch`'s completions [G, width] after the prompt whose `states` are given: one
     forward over the completions attending to the prompt's keys and values. Completion token 0
-    is predicted from the prompt's last position, token j from completion position j-1."""
+    is predicted from the prompt's last position, token j from completion position j-1. With
+    an `entry` (the one `states` were made with), the pass starts at its block."""
     caches = [PrefixCache(k, v) for k, v in zip(states.keys, states.values)]
     group = batch.tokens.shape[0]
     first = mx.broadcast_to(states.last, (group, 1, states.last.shape[-1]))
     if batch.width > 1:
-        rest = model.model(batch.tokens[:, :-1], cache=caches)  # [G, width - 1, H]
+        depth = entry.depth if entry is not None else 0
+        entered = entry.completions if entry is not None else None
+        rest = _forward(model, batch.tokens[:, :-1], caches, entered, depth)  # [G, width - 1, H]
         hidden = mx.concatenate([first, rest], axis=1)
     else:
         hidden = first

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -36,7 +36,8 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from . import distributed as dist
 from .config import Config
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import GroupBatch, Policy, PromptStates, build_policy, completion_pass, prompt_states
+from .policy import (Entry, GroupBatch, Policy, PromptStates, build_policy, completion_pass, entries, frozen_depth,
+                     prompt_states)
 from ..puzzles.format import Puzzle
 from .passrates import PassRateError, choose
 from .reporter import Reporter
@@ -97,6 +98,7 @@ class MicroBatch:
     advantages: mx.array
     weights: mx.array
     stat_weights: mx.array
+    entry: Entry | None = None  # where its passes start, when the bottom blocks are frozen (`with_entries`)
 
 
 def micro_batches(group: LossGroup, size: int) -> list[MicroBatch]:
@@ -114,6 +116,16 @@ def micro_batches(group: LossGroup, size: int) -> list[MicroBatch]:
                               mx.array([group.advantages[i] for i in rows]), mx.array([group.weights[i] for i in rows]),
                               mx.array([group.stat_weights[i] for i in rows])))
     return out
+
+
+def with_entries(model: nn.Module, micro: list[MicroBatch]) -> list[MicroBatch]:
+    """One group's micro-batches, each with its `Entry` when the model's bottom blocks hold
+    nothing trainable (LoRA on the last N blocks): those blocks then run once per group, for
+    the policy and the reference alike, and no backward goes through them."""
+    depth = frozen_depth(model)
+    if depth == 0:
+        return micro
+    return [replace(m, entry=e) for m, e in zip(micro, entries(model, [m.batch for m in micro], depth))]
 
 
 def scorable(group: list[Episode]) -> bool:
@@ -183,10 +195,10 @@ def no_grad_log_probs(model: nn.Module, micro: list[MicroBatch]) -> list[mx.arra
     was_training = model.training
     model.eval()
     with fastmath.inference():  # never differentiated: the fast prompt-length attention may run
-        states = prompt_states(model, micro[0].batch.prompt)
+        states = prompt_states(model, micro[0].batch.prompt, micro[0].entry)
         out = []
         for m in micro:
-            logp = mx.stop_gradient(completion_pass(model, states, m.batch)[0])
+            logp = mx.stop_gradient(completion_pass(model, states, m.batch, entry=m.entry)[0])
             mx.eval(logp)
             out.append(logp)
     if was_training:
@@ -226,7 +238,7 @@ def group_gradients(model: nn.Module, loss_fn: Callable, micro: list[MicroBatch]
     def with_leaves(arrays: Any) -> None:
         model.update(tree_unflatten(list(zip(names, arrays))))
 
-    states = prompt_states(model, micro[0].batch.prompt)
+    states = prompt_states(model, micro[0].batch.prompt, micro[0].entry)
     mx.eval(states.arrays())
 
     def micro_loss(leaf_list: list[mx.array], state_arrays: list[mx.array], m: MicroBatch, old: Any, ref: Any):
@@ -242,7 +254,7 @@ def group_gradients(model: nn.Module, loss_fn: Callable, micro: list[MicroBatch]
 
     def prompt_forward(*arrays: mx.array) -> list[mx.array]:
         with_leaves(arrays)
-        return prompt_states(model, micro[0].batch.prompt).arrays()
+        return prompt_states(model, micro[0].batch.prompt, micro[0].entry).arrays()
 
     _, through_prompt = mx.vjp(prompt_forward, list(leaves), state_grads)
     model.update(params)  # the real parameters back, not the transformations' copies
@@ -257,9 +269,11 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     cfg = policy.config
     g = cfg.grpo
     model = policy.model
-    batches = [micro_batches(group, cfg.train.micro_batch_size) for group in groups]
     need_ref = g.beta > 0
     start = time.perf_counter()
+    batches = [micro_batches(group, cfg.train.micro_batch_size) for group in groups]
+    if policy.reference is None:  # a separate reference copy (full fine-tuning) shares no blocks
+        batches = [with_entries(model, micro) for micro in batches]
     refs, olds = [], []
     for micro in batches:
         if need_ref:
@@ -271,7 +285,8 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
 
     def loss_fn(m: MicroBatch, old: mx.array | None, ref: mx.array | None, states: PromptStates | None):
         batch = m.batch
-        logp, entropy = completion_pass(model, states or prompt_states(model, batch.prompt), batch, with_entropy=True)
+        states = states or prompt_states(model, batch.prompt, m.entry)
+        logp, entropy = completion_pass(model, states, batch, with_entropy=True, entry=m.entry)
         # mu = 1: the sampling policy is the current one, ratio == 1 but the gradient flows.
         old = mx.stop_gradient(logp) if old is None else old
         loss, stats = grpo_objective(logp, old, ref, m.advantages, batch.mask(), m.weights, beta=g.beta,
@@ -405,7 +420,7 @@ class StepTimings:
     sample_s: float
     prefill_s: float  # part of sample_s: the prompts' forwards
     score_s: float
-    reference_s: float  # old/reference log-prob forwards
+    reference_s: float  # old/reference log-prob forwards (and the frozen bottom blocks, `Entry`)
     optimizer_s: float  # part of update_s: the optimizer's updates
     update_s: float  # reference_s + forward/backward + optimizer_s
     peak_memory_gb: float
