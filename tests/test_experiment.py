@@ -534,28 +534,34 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     assert "s per training step (4 steps)" in dry.output
 
 
-def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch):
+@pytest.mark.parametrize("name, model, runs", [
+    ("qwen15", "qwen2.5-coder-1.5b", {"kl-s0", "nokl-s0", "frozen-s0"}),
+    ("qwen05-arms", "qwen2.5-coder-0.5b", {"kl-s0", "kl-s1", "nokl-s0", "frozen-s0"})])
+def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch, name, model, runs):
     """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
-    mission's run, started by hand, is that arm's run); the other arms differ only by the KL term
-    and the sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on
-    the held-out functions, asked with the shipped prompt, and the same functions written from
-    their signature (the write template: the capability gate)."""
+    mission's run, started by hand, is that arm's run), and qwen05-arms.yaml is the same design on
+    the 0.5B with a second on-policy seed; the other arms differ only by the KL term and the
+    sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
+    held-out functions, asked with the shipped prompt, and the same functions written from their
+    signature (the write template: the capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
 
     monkeypatch.chdir(REPO)
-    experiment = load(REPO / "configs/experiments/qwen15.yaml", cli)
+    experiment = load(REPO / f"configs/experiments/{name}.yaml", cli)
     pieces = plan_pieces(experiment)
-    runs = {p.name: to_dict(p.config) for p in pieces if isinstance(p, RunPiece)}
-    assert set(runs) == {"kl-s0", "nokl-s0", "frozen-s0"}
+    configs = {p.name: to_dict(p.config) for p in pieces if isinstance(p, RunPiece)}
+    assert set(configs) == runs
     shipped = to_dict(load_config(REPO / "configs/grpo.yaml"))
-    shipped["model"]["spec"] = "qwen2.5-coder-1.5b"
-    for name, cfg in runs.items():
-        assert cfg["seed"] == shipped["seed"] and cfg["train"]["steps"] == 60 and cfg["train"]["save_every"] == 1
+    shipped["model"]["spec"] = model
+    for run, cfg in configs.items():
+        assert cfg["train"]["steps"] == 60 and cfg["train"]["save_every"] == 1
         differs = {(s, k) for s in shipped if isinstance(shipped[s], dict)
                    for k in shipped[s] if cfg[s][k] != shipped[s][k] and (s, k) != ("train", "save_every")}
-        assert differs == {"kl-s0": set(), "nokl-s0": {("grpo", "beta")},
-                           "frozen-s0": {("grpo", "beta"), ("sampling", "mode")}}[name]
-        assert name == "kl-s0" or cfg["grpo"]["beta"] == 0.0
+        arm, seed = run.rsplit("-s", 1)
+        assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
+        assert differs == {"kl": set(), "nokl": {("grpo", "beta")},
+                           "frozen": {("grpo", "beta"), ("sampling", "mode")}}[arm]
+        assert arm == "kl" or cfg["grpo"]["beta"] == 0.0
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
     assert asked == {"bundled": (1, 0.0, 384, None), "bundled4": (4, 0.8, 384, None),
