@@ -182,3 +182,35 @@ def test_an_existing_out_directory_is_refused(lora_run, tmp_path):
     assert result.exit_code == 1 and result.output.strip().splitlines() == [
         f"Error: --out: {tmp_path / 'taken'} already exists (choose a new directory)"]
     assert (tmp_path / "taken" / "x").read_text() == "mine"
+
+
+def test_adapter_only_writes_a_small_checked_adapter_that_loads_as_the_run_does(lora_run, tiny_model_dir, tmp_path):
+    """--adapter-only: the run's LoRA arrays in float16 with its adapter_config.json and
+    config.yaml; the base model with that adapter gives the run's greedy completions, and
+    mlx-lm loads it by its own `adapter_path`."""
+    from mlx_lm import load
+
+    out = tmp_path / "adapter"
+    result = export(lora_run, out, "--adapter-only")
+    assert result.exit_code == 0, result.output
+    assert "in float16" in result.output and "identical to the adapter model's on 4 of 4 puzzles" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapters.safetensors", "config.yaml",
+                                                     "export.json"]
+    assert (out / "config.yaml").read_text() == (lora_run / "config.yaml").read_text()
+    saved, written = mx.load(str(lora_run / "adapters.safetensors")), mx.load(str(out / "adapters.safetensors"))
+    assert saved.keys() == written.keys() and all(v.dtype == mx.float16 for v in written.values())
+    assert all(np.allclose(np.array(saved[k]), np.array(written[k].astype(mx.float32)), rtol=1e-3, atol=1e-6)
+               for k in saved)
+    assert (out / "adapters.safetensors").stat().st_size < 0.6 * (lora_run / "adapters.safetensors").stat().st_size
+    record = json.loads((out / "export.json").read_text())
+    assert record["ok"] and record["adapter_dtype"] == "float16" and record["fused_layers"] == 0
+    model, _ = load(str(tiny_model_dir), adapter_path=str(out))
+    assert any("lora_a" in name for name, _ in tree_flatten(model.parameters()))
+
+
+def test_adapter_only_refuses_a_full_fine_tune_and_gguf(tmp_path, tiny_model_dir, lora_run):
+    full = trained_run(tmp_path, tiny_model_dir, "full", mode="full")
+    result = export(full, tmp_path / "out", "--adapter-only")
+    assert result.exit_code == 1 and "is a full fine-tune" in result.output and "Traceback" not in result.output
+    result = export(lora_run, tmp_path / "out2", "--adapter-only", "--gguf")
+    assert result.exit_code == 1 and "--gguf" in result.output and not (tmp_path / "out2").exists()

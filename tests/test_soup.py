@@ -121,3 +121,21 @@ def test_bad_command_lines_are_one_line_errors(checkpoints, tmp_path, case, need
     result = CliRunner().invoke(main, ["soup", *map(str, inputs), "--out", str(out)])
     assert result.exit_code == 1 and needle in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_the_soup_keeps_its_runs_training_config_when_they_share_one(checkpoints, tmp_path):
+    """Checkpoints kept by one run (RUN/kept/step-N, RUN/checkpoint): the soup gets RUN's
+    config.yaml, so `export` knows its base model; from two runs' configs, it gets none."""
+    import shutil
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    for directory, text in ((run, "seed: 0\n"), (other, "seed: 1\n")):
+        directory.mkdir()
+        (directory / "config.yaml").write_text(text)
+    kept = [shutil.copytree(c, run / "kept" / c.name) for c in checkpoints[:2]]
+    shutil.copytree(checkpoints[2], run / "checkpoint")
+    shutil.copytree(checkpoints[2], other / "checkpoint")
+    out = soup([*kept, run / "checkpoint"], tmp_path / "one")
+    assert (out / "config.yaml").read_text() == "seed: 0\n"
+    assert not (soup([*kept, other / "checkpoint"], tmp_path / "two") / "config.yaml").exists()
+    assert not (soup(checkpoints[:2], tmp_path / "none") / "config.yaml").exists()

@@ -215,18 +215,30 @@ def watch(run_dir: Path, port: int, open_browser: bool) -> None:
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="dtype of the exported weights and of the adapter model they are checked against "
                    "(default: the run's model.dtype).")
+@click.option("--adapter-only", is_flag=True,
+              help="Write the LoRA adapter alone (mlx-lm's adapter format, with the run's config.yaml), not a "
+                   "fused model: small enough to commit or share; load it with --adapter OUT.")
+@click.option("--adapter-dtype", type=click.Choice(DTYPES), default="float16",
+              show_default=True, help="--adapter-only: dtype of the adapter's arrays (training keeps float32).")
 def export(run_dir: Path, out: Path, gguf: bool, check_puzzles: int, max_tokens: int, puzzle_dir: Path | None,
-           dtype: str | None) -> None:
-    """Export a run as a standalone mlx-lm model (LoRA adapters fused with mlx-lm's fuse), then
-    check that its greedy completions equal the adapter model's token for token."""
+           dtype: str | None, adapter_only: bool, adapter_dtype: str) -> None:
+    """Export a run as a standalone mlx-lm model (LoRA adapters fused with mlx-lm's fuse), or with
+    --adapter-only its adapter alone, then check that the export's greedy completions equal the
+    run's token for token."""
     from ..models.gguf import GGUFError
     from ..models.specs import ModelError
-    from ..rl.export import ExportError, export_run
+    from ..rl.export import ExportError, export_adapter, export_run
 
+    if adapter_only and gguf:
+        fail("--gguf: a GGUF file holds a whole model; drop --adapter-only to export one")
     chosen = select_puzzles(puzzle_dir, None, "all") if puzzle_dir is not None else None
     try:
-        result = export_run(run_dir, out, check_count=check_puzzles, max_tokens=max_tokens, gguf=gguf,
-                            puzzles=chosen, dtype=dtype, log=click.echo)
+        if adapter_only:
+            result = export_adapter(run_dir, out, adapter_dtype=adapter_dtype, check_count=check_puzzles,
+                                    max_tokens=max_tokens, puzzles=chosen, dtype=dtype, log=click.echo)
+        else:
+            result = export_run(run_dir, out, check_count=check_puzzles, max_tokens=max_tokens, gguf=gguf,
+                                puzzles=chosen, dtype=dtype, log=click.echo)
     except (ExportError, GGUFError, ModelError) as exc:
         fail(str(exc))
     if not result.ok:

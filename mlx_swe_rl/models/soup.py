@@ -7,7 +7,9 @@ steps' noise. The soup is the mean of each stored array (LoRA's `lora_a` and `lo
 separately, or a full fine-tune's weights), not of the weight updates `B @ A`; for checkpoints
 of one run a few steps apart the two are close. The result is a plain mlx-lm adapter
 directory (`adapters.safetensors` + `adapter_config.json`), so `eval --adapter`, `export` and
-`mlx_lm.generate --adapter-path` load it like a run's own.
+`mlx_lm.generate --adapter-path` load it like a run's own. When every checkpoint comes from one
+run (the same training config.yaml), that config.yaml is copied too: `export` reads the base
+model and settings from it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
 PROVENANCE = "soup.json"  # which checkpoints went in; mlx-lm ignores it
+RUN_CONFIG = "config.yaml"  # a run's training config (rl/rundir.py writes it)
 
 
 class SoupError(ValueError):
@@ -50,6 +53,14 @@ def read_adapter(path: Path) -> Adapter:
     state = path / "state.json"  # a trainer checkpoint says its step; a run directory does not
     step = json.loads(state.read_text()).get("step") if state.is_file() else None
     return Adapter(path, config, mx.load(str(path / WEIGHTS)), step)
+
+
+def run_config_text(path: Path) -> str | None:
+    """The config.yaml of the run an adapter directory belongs to (a run directory, its
+    checkpoint/, or its kept/step-N/), or None."""
+    path = path.resolve()
+    run = {"checkpoint": path.parent}.get(path.name, path.parent.parent if path.parent.name == "kept" else path)
+    return (run / RUN_CONFIG).read_text() if (run / RUN_CONFIG).is_file() else None
 
 
 def check_compatible(adapters: list[Adapter]) -> None:
@@ -109,6 +120,9 @@ def soup(paths: list[Path], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / WEIGHTS), weights)
     (out / CONFIG).write_text(json.dumps(adapters[0].config, indent=1))
+    trained = {run_config_text(p) for p in paths}
+    if len(trained) == 1 and None not in trained:
+        (out / RUN_CONFIG).write_text(trained.pop())
     (out / PROVENANCE).write_text(json.dumps({
         "rule": "elementwise mean of the checkpoints' arrays",
         "checkpoints": [{"path": str(a.path), "step": a.step} for a in adapters],

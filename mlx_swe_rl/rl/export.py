@@ -68,6 +68,7 @@ class ExportResult:
     checks: list[CheckResult] = field(default_factory=list)
     gguf: Path | None = None
     gguf_seconds: float = 0.0
+    adapter_dtype: str | None = None  # --adapter-only: the adapter's arrays were written in this dtype
 
     @property
     def ok(self) -> bool:
@@ -159,11 +160,9 @@ def export_run(run_dir: Path, out: Path, *, check_count: int = 8, max_tokens: in
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from ..models.specs import ModelError, load_model, resolve_model
+    from ..models.specs import ModelError, resolve_model
 
-    cfg = run_config(run_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f"--out: {out} already exists (choose a new directory)")
+    cfg, chosen = export_plan(run_dir, out, puzzles, check_count)
     try:
         base = resolve_model(cfg.model.spec)
     except ModelError as exc:
@@ -171,23 +170,11 @@ def export_run(run_dir: Path, out: Path, *, check_count: int = 8, max_tokens: in
     base_config = json.loads((base / "config.json").read_text())
     if gguf:
         gguf_refusal(base, base_config)
-    chosen = spread(puzzles, check_count) if puzzles is not None else check_puzzles(cfg, check_count)
-    if check_count and not chosen:
-        raise ExportError("no puzzles to check the export on (pass --puzzles, or --check-puzzles 0 to skip the check)")
-    mode = json.loads((run_dir / "adapter_config.json").read_text()).get("fine_tune_type", "lora")
+    mode = fine_tune_type(run_dir)
 
-    start = time.perf_counter()
-    try:
-        model, tokenizer = load_model(cfg.model.spec, adapter=run_dir, dtype=dtype or cfg.model.dtype, progress=False)
-    except ModelError as exc:
-        raise ExportError(str(exc)) from None
-    load_seconds = time.perf_counter() - start
     # The adapter model's completions come first: fusing replaces its LoRA layers in place.
-    reference, reference_seconds = [], 0.0
-    if chosen:
-        reference = greedy_tokens(model, tokenizer, chosen, max_tokens, cfg.sampling.batch_size)
-        reference_seconds = time.perf_counter() - start - load_seconds
-        log(f"adapter model: greedy completions of {len(chosen)} puzzles ({reference_seconds:.1f}s)")
+    model, tokenizer, load_seconds, reference, reference_seconds = adapter_model(run_dir, cfg, dtype, chosen,
+                                                                                 max_tokens, log)
     start = time.perf_counter()
     fused = fuse_adapters(model) if mode != "full" else 0
     save_model_dir(out, base, model, tokenizer, base_config)
@@ -215,14 +202,133 @@ def export_run(run_dir: Path, out: Path, *, check_count: int = 8, max_tokens: in
     return result
 
 
+def export_plan(run_dir: Path, out: Path, puzzles: list[Puzzle] | None, check_count: int
+                ) -> tuple[Config, list[Puzzle]]:
+    """The run's config and the puzzles to check an export on, or ExportError (no run, `out`
+    taken, nothing to check on)."""
+    cfg = run_config(run_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out: {out} already exists (choose a new directory)")
+    chosen = spread(puzzles, check_count) if puzzles is not None else check_puzzles(cfg, check_count)
+    if check_count and not chosen:
+        raise ExportError("no puzzles to check the export on (pass --puzzles, or --check-puzzles 0 to skip the check)")
+    return cfg, chosen
+
+
+def fine_tune_type(run_dir: Path) -> str:
+    """lora or full, as the run's adapter_config.json says."""
+    return json.loads((run_dir / "adapter_config.json").read_text()).get("fine_tune_type", "lora")
+
+
+def adapter_model(run_dir: Path, cfg: Config, dtype: str | None, chosen: list[Puzzle], max_tokens: int,
+                  log: Callable[[str], None]) -> tuple[Any, Any, float, list[tuple[list[int], list[int]]], float]:
+    """The run's model as training left it (the base model with the run's adapters, in `dtype`,
+    default the run's), and its greedy completions of `chosen`: (model, tokenizer, seconds to
+    load, completions, seconds to sample them)."""
+    from ..models.specs import ModelError, load_model
+
+    start = time.perf_counter()
+    try:
+        model, tokenizer = load_model(cfg.model.spec, adapter=run_dir, dtype=dtype or cfg.model.dtype, progress=False)
+    except ModelError as exc:
+        raise ExportError(str(exc)) from None
+    load_seconds = time.perf_counter() - start
+    reference, reference_seconds = [], 0.0
+    if chosen:
+        reference = greedy_tokens(model, tokenizer, chosen, max_tokens, cfg.sampling.batch_size)
+        reference_seconds = time.perf_counter() - start - load_seconds
+        log(f"adapter model: greedy completions of {len(chosen)} puzzles ({reference_seconds:.1f}s)")
+    return model, tokenizer, load_seconds, reference, reference_seconds
+
+
+def export_adapter(run_dir: Path, out: Path, *, adapter_dtype: str = "float16", check_count: int = 8,
+                   max_tokens: int = 128, puzzles: list[Puzzle] | None = None, dtype: str | None = None,
+                   log: Callable[[str], None] = print) -> ExportResult:
+    """`run_dir`'s LoRA adapter alone as a new mlx-lm adapter directory `out`, small enough to
+    commit or share: its arrays in `adapter_dtype` (float16 halves float32's size),
+    adapter_config.json, and the run's config.yaml (the base model and how it was trained).
+    Then the check: the base model with `out`'s adapter, loaded afresh as `eval --adapter` loads
+    it, must give the run's greedy completions on `check_count` puzzles (the cast rounds the
+    adapter, so this is what says it did not change a decision)."""
+    import mlx.core as mx
+
+    from ..models.specs import DTYPES
+
+    if adapter_dtype not in DTYPES:
+        raise ExportError(f"--adapter-dtype: {adapter_dtype!r} is not one of {', '.join(DTYPES)}")
+    cfg, chosen = export_plan(run_dir, out, puzzles, check_count)
+    if fine_tune_type(run_dir) != "lora":
+        raise ExportError(f"--adapter-only: {run_dir} is a full fine-tune; its saved weights are the whole "
+                          "model (export it without --adapter-only)")
+    model, _, load_seconds, reference, reference_seconds = adapter_model(run_dir, cfg, dtype, chosen, max_tokens, log)
+    del model
+    mx.clear_cache()
+    start = time.perf_counter()
+    write_adapter_dir(run_dir, out, adapter_dtype)
+    result = ExportResult(out, "lora", 0, load_seconds + time.perf_counter() - start,
+                          reference_seconds=reference_seconds, adapter_dtype=adapter_dtype)
+    size = (out / "adapters.safetensors").stat().st_size / 1e6
+    log(f"wrote {out}: the LoRA adapter of {run_dir} in {adapter_dtype} ({size:.1f} MB), for the base model "
+        f"{cfg.model.spec} (load it with --adapter {out})")
+    if chosen:
+        result.checks.append(check_adapter(out, cfg, dtype, chosen, reference, max_tokens))
+        log(result.checks[-1].line())
+    write_record(out, run_dir, cfg, dtype or cfg.model.dtype, result)
+    return result
+
+
+def write_adapter_dir(run_dir: Path, out: Path, adapter_dtype: str) -> None:
+    """adapters.safetensors (floating-point arrays cast to `adapter_dtype`), adapter_config.json
+    and config.yaml of `run_dir`, written beside `out` and renamed into place."""
+    import mlx.core as mx
+
+    from ..runfiles import default_mode
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staging.chmod(default_mode(directory=True))
+    try:
+        target = getattr(mx, adapter_dtype)
+        weights = {k: v.astype(target) if mx.issubdtype(v.dtype, mx.floating) else v
+                   for k, v in mx.load(str(run_dir / "adapters.safetensors")).items()}
+        mx.save_safetensors(str(staging / "adapters.safetensors"), weights)
+        for name in ("adapter_config.json", "config.yaml"):
+            shutil.copyfile(run_dir / name, staging / name)
+        if out.exists():
+            out.rmdir()  # empty (checked before)
+        staging.replace(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def check_adapter(directory: Path, cfg: Config, dtype: str | None, puzzles: list[Puzzle],
+                  reference: list[tuple[list[int], list[int]]], max_tokens: int) -> CheckResult:
+    """Load the base model with the exported adapter from `directory`, as `eval --adapter`
+    would, and compare its greedy completions with the run's."""
+    from ..models.specs import load_model
+
+    return check_loaded("adapter directory", lambda: load_model(cfg.model.spec, adapter=directory,
+                                                                dtype=dtype or cfg.model.dtype, progress=False),
+                        puzzles, reference, max_tokens, cfg.sampling.batch_size)
+
+
 def check_export(what: str, directory: Path, puzzles: list[Puzzle], reference: list[tuple[list[int], list[int]]],
                  max_tokens: int, batch_size: int) -> CheckResult:
     """Load the exported model from `directory` as a user would and compare its greedy
-    completions with the adapter model's (`seconds`: loading and sampling the export)."""
+    completions with the adapter model's."""
     from ..models.specs import load_model
 
+    return check_loaded(what, lambda: load_model(str(directory), progress=False), puzzles, reference, max_tokens,
+                        batch_size)
+
+
+def check_loaded(what: str, load: Callable[[], tuple[Any, Any]], puzzles: list[Puzzle],
+                 reference: list[tuple[list[int], list[int]]], max_tokens: int, batch_size: int) -> CheckResult:
+    """The model `load` returns (loaded afresh): its greedy completions against the adapter
+    model's (`seconds`: loading and sampling)."""
     start = time.perf_counter()
-    model, tokenizer = load_model(str(directory), progress=False)
+    model, tokenizer = load()
     exported = greedy_tokens(model, tokenizer, puzzles, max_tokens, batch_size)
     return compare(what, puzzles, reference, exported, max_tokens, time.perf_counter() - start)
 
@@ -310,6 +416,7 @@ def write_record(out: Path, run_dir: Path, cfg: Config, dtype: str, result: Expo
     write_json_atomic(out / EXPORT_FILE, {
         "meta": run_metadata(cfg.model.spec, run_dir, dtype, fastmath.patched()),
         "run_dir": str(run_dir.resolve()), "mode": result.mode, "fused_layers": result.fused_layers,
+        "adapter_dtype": result.adapter_dtype,
         "seconds": result.seconds, "gguf": str(result.gguf) if result.gguf else None,
         "gguf_seconds": result.gguf_seconds, "reference_seconds": result.reference_seconds,
         "checks": [{**asdict(c), "ok": c.ok} for c in result.checks], "ok": result.ok,
