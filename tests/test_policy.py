@@ -169,7 +169,7 @@ def test_frozen_bottom_blocks_run_once_and_change_nothing(tmp_path, arch):
     assert expected and all(".layers.2." in k or ".layers.3." in k for k in expected)
     for size in (2, 64):
         plain = micro_batches(group, size)
-        micro = with_entries(model, plain)
+        micro = with_entries(model, plain, frozen_depth(model))
         assert all(m.entry is not None and m.entry.depth == 2 for m in micro)
         assert micro[0].entry.prompt is micro[-1].entry.prompt  # the prompt's bottom blocks ran once
         with adapters_off(model):

@@ -851,3 +851,32 @@ def test_dynamic_sampling_is_refused_in_data_parallel_runs(tmp_path, monkeypatch
         rundir.check_before_loading(cfg, [], [], quiet)
     assert "\n" not in str(info.value)
     rundir.check_before_loading(load_config(None, ["train.memory_check=false"]), [], [], quiet)  # off: fine
+
+
+def test_lora_on_the_top_blocks_trains_the_same_with_the_bottom_run_once(tmp_path, tiny_model_dir, env, monkeypatch):
+    """LoRA on the last block of two: the trainer says it runs block 0 once per group, and the
+    run (rewards, losses, KL, gradient norms) is the one where every pass runs both blocks, to
+    float rounding. Two steps: Adam turns the rounding of near-zero gradients into steps of the
+    learning rate's size, so later steps drift apart (6e-4 in the gradient norm at step 3)."""
+    runs = {}
+    for shared in (True, False):
+        if not shared:
+            monkeypatch.setattr(policy_module.Policy, "shared_depth", lambda self: 0)
+        mx.random.seed(1234)
+        cfg = synth_cfg(tmp_path, tiny_model_dir, f"top-{shared}", "grpo.beta=0.04", "train.steps=2",
+                        "finetune.lora.num_layers=1", "train.micro_batch_size=2")
+        lines: list[str] = []
+        history = train(cfg, env=env, progress=False, log=lines.append).history
+        assert any("LoRA from block 1 of 2: updates run blocks 0-0 once per group" in line for line in lines) == shared
+        runs[shared] = (history, saved_adapter_names(cfg.run_dir))
+    (shared, shared_names), (plain, plain_names) = runs[True], runs[False]
+    assert any(h.loss_completions > 0 for h in shared) and shared[-1].kl > 0
+    for a, b in zip(shared, plain):
+        assert a.reward_mean == b.reward_mean  # the same samples: the updates agree to float rounding
+        for key in ("loss", "kl", "grad_norm"):
+            assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-5, abs=1e-7), key
+    assert shared_names == plain_names and all(".layers.1." in k for k in shared_names)
+
+
+def saved_adapter_names(run_dir) -> set[str]:
+    return set(mx.load(str(run_dir / "adapters.safetensors")))

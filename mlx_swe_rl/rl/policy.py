@@ -438,6 +438,12 @@ class Policy:
             return self.reference_logits_model()
         return contextlib.nullcontext(self.model)
 
+    def shared_depth(self) -> int:
+        """How many bottom blocks the policy and its reference share, so that an update runs them
+        once (`entries`): `frozen_depth` of the model when the reference is the same model with
+        adapters off; 0 with a separate reference copy."""
+        return frozen_depth(self.model) if self.reference is None else 0
+
 
 def build_policy(cfg: Config) -> Policy:
     """The policy a run trains: the model with LoRA (or all weights) trainable, and in full

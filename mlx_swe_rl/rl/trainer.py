@@ -36,8 +36,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from . import distributed as dist
 from .config import Config
 from .grpo import grpo_objective, group_advantages, token_weights
-from .policy import (Entry, GroupBatch, Policy, PromptStates, build_policy, completion_pass, entries, frozen_depth,
-                     prompt_states)
+from .policy import Entry, GroupBatch, Policy, PromptStates, build_policy, completion_pass, entries, prompt_states
 from ..puzzles.format import Puzzle
 from .passrates import PassRateError, choose
 from .reporter import Reporter
@@ -118,13 +117,10 @@ def micro_batches(group: LossGroup, size: int) -> list[MicroBatch]:
     return out
 
 
-def with_entries(model: nn.Module, micro: list[MicroBatch]) -> list[MicroBatch]:
-    """One group's micro-batches, each with its `Entry` when the model's bottom blocks hold
-    nothing trainable (LoRA on the last N blocks): those blocks then run once per group, for
-    the policy and the reference alike, and no backward goes through them."""
-    depth = frozen_depth(model)
-    if depth == 0:
-        return micro
+def with_entries(model: nn.Module, micro: list[MicroBatch], depth: int) -> list[MicroBatch]:
+    """One group's micro-batches, each with its `Entry` at block `depth` (`Policy.shared_depth`:
+    the bottom blocks hold nothing trainable, LoRA on the last N blocks): those blocks then run
+    once per group, for the policy and the reference alike, and no backward goes through them."""
     return [replace(m, entry=e) for m, e in zip(micro, entries(model, [m.batch for m in micro], depth))]
 
 
@@ -272,8 +268,8 @@ def run_updates(policy: Policy, optimizer: optim.Optimizer, groups: list[LossGro
     need_ref = g.beta > 0
     start = time.perf_counter()
     batches = [micro_batches(group, cfg.train.micro_batch_size) for group in groups]
-    if policy.reference is None:  # a separate reference copy (full fine-tuning) shares no blocks
-        batches = [with_entries(model, micro) for micro in batches]
+    if depth := policy.shared_depth():
+        batches = [with_entries(model, micro, depth) for micro in batches]
     refs, olds = [], []
     for micro in batches:
         if need_ref:
@@ -477,6 +473,8 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     checkpoint = open_run_dir(cfg.run_dir, cfg, resume) if main else None
     policy = build_policy(cfg)
     log(f"model patches (fast math): {fastmath.describe(fastmath.installed())}")
+    if depth := policy.shared_depth():
+        log(f"LoRA from block {depth} of {len(policy.model.layers)}: updates run blocks 0-{depth - 1} once per group")
     optimizer = make_optimizer(cfg)
     result = RunResult(cfg.run_dir)
     try:
