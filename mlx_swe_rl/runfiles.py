@@ -8,15 +8,17 @@ read and write through these, so none of them needs to import another's module f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def default_mode(directory: bool = False) -> int:
@@ -25,6 +27,24 @@ def default_mode(directory: bool = False) -> int:
     umask = os.umask(0)
     os.umask(umask)
     return (0o777 if directory else 0o666) & ~umask
+
+
+@contextlib.contextmanager
+def staged_directory(out: Path) -> Iterator[Path]:
+    """A new directory beside `out` to write into, renamed to `out` (which must be absent or
+    empty) when the block ends, and removed if it raises: `out` appears whole or not at all,
+    with the permissions a plain mkdir() would give it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staging.chmod(default_mode(directory=True))  # mkdtemp's 0700 would hide it from other users
+    try:
+        yield staging
+        if out.exists():
+            out.rmdir()
+        staging.replace(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

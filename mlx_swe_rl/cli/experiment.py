@@ -6,7 +6,6 @@ with more variants, skips what is there and resumes a started run from its check
 from __future__ import annotations
 
 import gc
-import shutil
 import subprocess
 import sys
 import time
@@ -210,14 +209,11 @@ def make_soup(piece, log: Callable[[str], None]) -> None:
     from ..rl.rundir import TrainingError, last_kept_adapters
 
     run, k = piece.soup
-    staging = piece.adapter.with_name(piece.adapter.name + ".tmp")  # renamed when whole: a crash leaves no half soup
-    shutil.rmtree(staging, ignore_errors=True)
     try:
         kept = last_kept_adapters(run, k)
-        soup(kept, staging)
+        soup(kept, piece.adapter)  # written beside it and renamed when whole: a crash leaves no half soup
     except (SoupError, TrainingError) as exc:
         fail(f"{piece.name}: {exc}")
-    staging.rename(piece.adapter)
     log(f"{piece.name}: the soup of {', '.join(p.name for p in kept)} of {run} -> {piece.adapter}")
 
 

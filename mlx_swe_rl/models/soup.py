@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runfiles import staged_directory
+
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
 PROVENANCE = "soup.json"  # which checkpoints went in; mlx-lm ignores it
 RUN_CONFIG = "config.yaml"  # a run's training config (rl/rundir.py writes it)
@@ -117,15 +119,15 @@ def soup(paths: list[Path], out: Path) -> Path:
     adapters = [read_adapter(p) for p in paths]
     check_compatible(adapters)
     weights = mean_weights(adapters)
-    out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out / WEIGHTS), weights)
-    (out / CONFIG).write_text(json.dumps(adapters[0].config, indent=1))
     trained = {run_config_text(p) for p in paths}
-    if len(trained) == 1 and None not in trained:
-        (out / RUN_CONFIG).write_text(trained.pop())
-    (out / PROVENANCE).write_text(json.dumps({
-        "rule": "elementwise mean of the checkpoints' arrays",
-        "checkpoints": [{"path": str(a.path), "step": a.step} for a in adapters],
-        "arrays": len(weights),
-    }, indent=1))
+    with staged_directory(out) as staging:  # a crash leaves no half soup
+        mx.save_safetensors(str(staging / WEIGHTS), weights)
+        (staging / CONFIG).write_text(json.dumps(adapters[0].config, indent=1))
+        if len(trained) == 1 and None not in trained:
+            (staging / RUN_CONFIG).write_text(trained.pop())
+        (staging / PROVENANCE).write_text(json.dumps({
+            "rule": "elementwise mean of the checkpoints' arrays",
+            "checkpoints": [{"path": str(a.path), "step": a.step} for a in adapters],
+            "arrays": len(weights),
+        }, indent=1))
     return out

@@ -12,18 +12,18 @@ check that the rounding did not change a decision; a dropped or altered weight f
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..env.prompts import build_messages
 from ..models.sampling import encode_chat, sample
 from ..puzzles.format import Puzzle
+from ..runfiles import staged_directory
 from .config import Config, ConfigError, load_config
 
 GGUF_ARCHITECTURES = ("llama", "mixtral", "mistral")  # what mlx_lm.fuse --export-gguf converts
@@ -286,7 +286,7 @@ def write_adapter_dir(run_dir: Path, out: Path, adapter_dtype: str) -> None:
     target = getattr(mx, adapter_dtype)
     weights = {k: v.astype(target) if mx.issubdtype(v.dtype, mx.floating) else v
                for k, v in mx.load(str(run_dir / "adapters.safetensors")).items()}
-    with staged(out) as staging:
+    with staged_directory(out) as staging:
         mx.save_safetensors(str(staging / "adapters.safetensors"), weights)
         for name in ("adapter_config.json", "config.yaml"):
             shutil.copyfile(run_dir / name, staging / name)
@@ -343,27 +343,8 @@ def save_model_dir(out: Path, base: Path, model: Any, tokenizer: Any, config: di
     base model's generation_config.json, written beside `out` and renamed into place."""
     from mlx_lm.utils import save
 
-    with staged(out) as staging:
+    with staged_directory(out) as staging:
         save(staging, base, model, tokenizer, dict(config), donate_model=False)
-
-
-@contextlib.contextmanager
-def staged(out: Path) -> Iterator[Path]:
-    """A new directory beside `out` to write into, renamed to `out` (absent or empty, as checked
-    before) when the block ends, and removed if it raises: `out` appears whole or not at all."""
-    from ..runfiles import default_mode
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    staging.chmod(default_mode(directory=True))  # mkdtemp's 0700 would hide the export from other users
-    try:
-        yield staging
-        if out.exists():
-            out.rmdir()
-        staging.replace(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def gguf_refusal(base: Path, config: dict[str, Any]) -> None:
