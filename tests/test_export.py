@@ -214,3 +214,16 @@ def test_adapter_only_refuses_a_full_fine_tune_and_gguf(tmp_path, tiny_model_dir
     assert result.exit_code == 1 and "is a full fine-tune" in result.output and "Traceback" not in result.output
     result = export(lora_run, tmp_path / "out2", "--adapter-only", "--gguf")
     assert result.exit_code == 1 and "--gguf" in result.output and not (tmp_path / "out2").exists()
+
+
+def test_adapter_only_without_a_check_loads_no_model(lora_run, tmp_path, monkeypatch):
+    import mlx_swe_rl.models.specs as specs
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("no check asked for, so no model should be loaded")
+
+    monkeypatch.setattr(specs, "load_model", no_model)
+    result = CliRunner().invoke(main, ["export", str(lora_run), "--out", str(tmp_path / "a"), "--adapter-only",
+                                       "--check-puzzles", "0"])
+    assert result.exit_code == 0, result.output
+    assert "not checked (--check-puzzles 0)" in result.output and (tmp_path / "a" / "adapters.safetensors").is_file()

@@ -261,9 +261,12 @@ def export_adapter(run_dir: Path, out: Path, *, adapter_dtype: str = "float16", 
     if fine_tune_type(run_dir) != "lora":
         raise ExportError(f"--adapter-only: {run_dir} is a full fine-tune; its saved weights are the whole "
                           "model (export it without --adapter-only)")
-    model, _, load_seconds, reference, reference_seconds = adapter_model(run_dir, cfg, dtype, chosen, max_tokens, log)
-    del model
-    mx.clear_cache()
+    load_seconds, reference, reference_seconds = 0.0, [], 0.0
+    if chosen:  # the run's own completions, to check the written adapter against; no check, no model
+        model, _, load_seconds, reference, reference_seconds = adapter_model(run_dir, cfg, dtype, chosen, max_tokens,
+                                                                             log)
+        del model
+        mx.clear_cache()
     start = time.perf_counter()
     write_adapter_dir(run_dir, out, adapter_dtype)
     result = ExportResult(out, "lora", 0, load_seconds + time.perf_counter() - start,
