@@ -11,12 +11,36 @@ from mlx_swe_rl.rl.policy import (GroupBatch, SequenceBatch, completion_log_prob
                                   prepare_policy, prompt_states)
 
 
+def random_adapters(model, seed: int) -> None:
+    """Nonzero LoRA B matrices, so the adapters matter."""
+    mx.random.seed(seed)
+    for layer in lora_layers(model):
+        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
+
+
+def five_completions():
+    """One prompt's five completions of unlike lengths, with advantages and weights: a LossGroup."""
+    from mlx_swe_rl.rl.trainer import LossGroup
+
+    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22]]
+    return LossGroup(list(range(5, 60)), completions, [[1.0] * len(c) for c in completions],
+                     [1.0, -0.5, 0.3, 2.0, -1.2], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2] * 5)
+
+
+def weighted_log_prob_loss(model):
+    """`group_gradients`' loss_fn: advantage- and weight-weighted log-probs of a micro-batch
+    (from its Entry when it has one), and its token count."""
+    def loss_fn(m, old, ref, states):
+        states = states or prompt_states(model, m.batch.prompt, m.entry)
+        logp, _ = completion_pass(model, states, m.batch, entry=m.entry)
+        return (logp.sum(axis=1) * m.advantages * m.weights).sum(), {"tokens": m.batch.mask().sum()}
+    return loss_fn
+
+
 def test_group_forward_matches_plain_forward_and_gradients(tiny_model_dir):
     model, _ = load_model(str(tiny_model_dir))
     prepare_policy(model, FinetuneConfig())
-    mx.random.seed(1)
-    for layer in lora_layers(model):  # make the adapters matter
-        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
+    random_adapters(model, 1)
     prompt = list(range(5, 60))
     completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19]]
     plain, plain_entropy = completion_log_probs(model, SequenceBatch.build([prompt] * 4, completions), True)
@@ -102,21 +126,12 @@ def test_micro_batched_group_gradient_equals_the_whole_group_gradient(tiny_model
     # trainer.group_gradients: a group cut into micro-batches runs its prompt once and carries
     # the micro-batches' gradients with respect to the prompt's keys, values and last hidden
     # state back through it in one vector-Jacobian product; the gradient is the whole group's.
-    from mlx_swe_rl.rl.trainer import LossGroup, group_gradients, micro_batches
+    from mlx_swe_rl.rl.trainer import group_gradients, micro_batches
 
     model, _ = load_model(str(tiny_model_dir))
     prepare_policy(model, FinetuneConfig())
-    mx.random.seed(2)
-    for layer in lora_layers(model):
-        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
-    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22]]
-    group = LossGroup(list(range(5, 60)), completions, [[1.0] * len(c) for c in completions],
-                      [1.0, -0.5, 0.3, 2.0, -1.2], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2] * 5)
-
-    def loss_fn(m, old, ref, states):
-        logp, _ = completion_pass(model, states or prompt_states(model, m.batch.prompt), m.batch)
-        loss = (logp.sum(axis=1) * m.advantages * m.weights).sum()
-        return loss, {"tokens": m.batch.mask().sum()}
+    random_adapters(model, 2)
+    group, loss_fn = five_completions(), weighted_log_prob_loss(model)
 
     results = {}
     for size in (2, 64):
@@ -147,21 +162,13 @@ def test_frozen_bottom_blocks_run_once_and_change_nothing(tmp_path, arch):
 
     from mlx_swe_rl.rl.config import LoRAConfig
     from mlx_swe_rl.rl.policy import adapters_off, frozen_depth
-    from mlx_swe_rl.rl.trainer import LossGroup, group_gradients, micro_batches, no_grad_log_probs, with_entries
+    from mlx_swe_rl.rl.trainer import group_gradients, micro_batches, no_grad_log_probs, with_entries
 
     model, _ = load_model(str(make_tiny_model(tmp_path / "m", layers=4, arch=arch)))
     prepare_policy(model, FinetuneConfig(lora=LoRAConfig(num_layers=2)))
     assert frozen_depth(model) == 2
-    mx.random.seed(3)
-    for layer in lora_layers(model):
-        layer.lora_b = mx.random.normal(layer.lora_b.shape) * 0.05
-    completions = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22]]
-    group = LossGroup(list(range(5, 60)), completions, [[1.0] * len(c) for c in completions],
-                      [1.0, -0.5, 0.3, 2.0, -1.2], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2] * 5)
-
-    def loss_fn(m, old, ref, states):
-        logp, _ = completion_pass(model, states or prompt_states(model, m.batch.prompt, m.entry), m.batch, entry=m.entry)
-        return (logp.sum(axis=1) * m.advantages * m.weights).sum(), {"tokens": m.batch.mask().sum()}
+    random_adapters(model, 3)
+    group, loss_fn = five_completions(), weighted_log_prob_loss(model)
 
     whole = micro_batches(group, 64)
     _, expected = nn.value_and_grad(model, lambda: loss_fn(whole[0], None, None, None))()
