@@ -30,17 +30,18 @@ def default_mode(directory: bool = False) -> int:
 
 
 @contextlib.contextmanager
-def staged_directory(out: Path) -> Iterator[Path]:
-    """A new directory beside `out` to write into, renamed to `out` (which must be absent or
-    empty) when the block ends, and removed if it raises: `out` appears whole or not at all,
-    with the permissions a plain mkdir() would give it."""
+def staged_directory(out: Path, overwrite: bool = False) -> Iterator[Path]:
+    """A new directory beside `out` to write into, renamed to `out` when the block ends, and
+    removed if it raises: `out` appears whole or not at all, with the permissions a plain mkdir()
+    would give it. `out` must be absent or empty (OSError otherwise), unless `overwrite`: then
+    what it holds is replaced."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     staging.chmod(default_mode(directory=True))  # mkdtemp's 0700 would hide it from other users
     try:
         yield staging
         if out.exists():
-            out.rmdir()
+            shutil.rmtree(out) if overwrite else out.rmdir()
         staging.replace(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mlx_swe_rl.runfiles import (HISTORY, RunFileError, StepRecord, append_jsonl, read_history, read_jsonl, read_steps,
-                                 truncate_after_step, upgrade_history_line)
+                                 staged_directory, truncate_after_step, upgrade_history_line)
 
 
 def test_history_round_trip_and_truncation_on_resume(tmp_path):
@@ -76,3 +76,23 @@ def test_older_history_lines_are_upgraded_where_their_value_is_known(tmp_path):
     assert upgrade_history_line(old) == {**old, "errored": 0}
     assert upgrade_history_line(old, 4) == {**old, "errored": 0, "sampled_tokens": 20}
     assert upgrade_history_line(json.loads(QUICKSTART_LINE), 4) == json.loads(QUICKSTART_LINE)
+
+
+def test_a_staged_directory_appears_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "set"
+    with pytest.raises(RuntimeError):
+        with staged_directory(out) as staging:
+            (staging / "half").write_text("x")
+            raise RuntimeError("crash")
+    assert list(tmp_path.iterdir()) == []  # no out, no staging left behind
+    with staged_directory(out) as staging:
+        (staging / "a").write_text("1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set"] and (out / "a").read_text() == "1"
+    assert oct(out.stat().st_mode & 0o777) != oct(0o700)  # not mkdtemp's private mode
+    with pytest.raises(OSError):  # a full directory is never replaced unless asked
+        with staged_directory(out) as staging:
+            (staging / "b").write_text("2")
+    assert [p.name for p in out.iterdir()] == ["a"] and len(list(tmp_path.iterdir())) == 1
+    with staged_directory(out, overwrite=True) as staging:
+        (staging / "b").write_text("2")
+    assert [p.name for p in out.iterdir()] == ["b"]

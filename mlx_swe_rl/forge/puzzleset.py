@@ -6,16 +6,13 @@ never left half-written."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..puzzles.format import Puzzle
-from ..runfiles import default_mode
+from ..runfiles import staged_directory
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -61,18 +58,9 @@ def write_file_set(files: dict[str, str], out: Path, summary_file: str, summary:
             raise FileExistsError(f"{out}: not empty; pass --overwrite to replace a {kind}")
         if not (out / summary_file).is_file():
             raise FileExistsError(f"{out}: not a {kind} (no {summary_file}); refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    os.chmod(staging, default_mode(directory=True))
-    try:
+    with staged_directory(out, overwrite=True) as staging:
         for relative, text in files.items():
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         (staging / summary_file).write_text(json.dumps(summary, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

@@ -23,17 +23,16 @@ row order, and a ``tokenizer.json``. This module builds those from the metadata,
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import mlx.core as mx
 import numpy as np
+
+from ..runfiles import staged_directory
 
 __all__ = ["GGUFError", "import_gguf", "read_gguf_metadata", "read_gguf", "decode_tensor", "hf_tensor_name",
            "unpermute_rope_rows", "gguf_tokenizer_metadata", "write_tokenizer",
@@ -607,19 +606,13 @@ def import_gguf(src: Path, out: Path, *, dequantize: bool = False, dtype: str | 
     if cast is not None:
         config["torch_dtype"] = dtype
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        mx.save_safetensors(str(tmp / "model.safetensors"), out_w, metadata={"format": "mlx"})
-        _write_json(tmp / "config.json", config)
-        write_tokenizer(md, src, tmp, tokenizer)
-        try:
-            os.replace(tmp, out)  # atomic; rename(2) replaces an empty directory, not a full one
-        except OSError as e:
-            if out.is_dir() and any(out.iterdir()):  # another process imported to `out` meanwhile
-                raise GGUFError(f"{out}: output directory was created by another process meanwhile") from e
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with staged_directory(out) as staging:
+            mx.save_safetensors(str(staging / "model.safetensors"), out_w, metadata={"format": "mlx"})
+            _write_json(staging / "config.json", config)
+            write_tokenizer(md, src, staging, tokenizer)
+    except OSError as e:
+        if out.is_dir() and any(out.iterdir()):  # another process imported to `out` meanwhile
+            raise GGUFError(f"{out}: output directory was created by another process meanwhile") from e
         raise
     return out

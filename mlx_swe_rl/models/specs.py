@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runfiles import staged_directory
+
 CACHE_ENV = "MLX_SWE_RL_CACHE"
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_CHOICES = ("auto",) + DTYPES  # what a config or --dtype may say
@@ -272,23 +274,15 @@ def builtin_header(name: str) -> Path:
     from .gguf import GGUFError, write_header_dir
 
     src = builtin_metadata_file(name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=_made(out.parent)))
     try:
-        write_header_dir(src, staging)
-        os.replace(staging, out)
+        with staged_directory(out) as staging:
+            write_header_dir(src, staging)
     except GGUFError as exc:
         raise ModelError(str(exc)) from exc
     except OSError:
-        if not (out / "tokenizer.json").is_file():
+        if not (out / "tokenizer.json").is_file():  # not another process that made it meanwhile
             raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
-
-
-def _made(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
 
 
 def _find_wheel(directory: Path, requirement: str) -> Path | None:
