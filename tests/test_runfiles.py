@@ -5,7 +5,8 @@ import json
 import pytest
 
 from mlx_swe_rl.runfiles import (HISTORY, RunFileError, StepRecord, append_jsonl, read_history, read_jsonl, read_steps,
-                                 staged_directory, truncate_after_step, upgrade_history_line)
+                                 default_mode, staged_directory, truncate_after_step,
+                                 upgrade_history_line)
 
 
 def test_history_round_trip_and_truncation_on_resume(tmp_path):
@@ -88,7 +89,7 @@ def test_a_staged_directory_appears_whole_or_not_at_all(tmp_path):
     with staged_directory(out) as staging:
         (staging / "a").write_text("1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["set"] and (out / "a").read_text() == "1"
-    assert oct(out.stat().st_mode & 0o777) != oct(0o700)  # not mkdtemp's private mode
+    assert out.stat().st_mode & 0o777 == default_mode(directory=True)  # not mkdtemp's private 0700
     with pytest.raises(OSError):  # a full directory is never replaced unless asked
         with staged_directory(out) as staging:
             (staging / "b").write_text("2")

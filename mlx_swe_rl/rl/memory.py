@@ -14,10 +14,11 @@ vocabulary V, prompt P, completion W, micro-batch m):
 - update: the gradients (one copy; three while micro-batches accumulate: the sum, the new
   micro-batch's and their sum), and what autodiff keeps of the forward over one prompt plus m
   completions, in every block that trains (LoRA on the top N blocks: those N; autodiff keeps
-  nothing of the frozen blocks below them, measured): per block and token 4H + 2hd + 3I values (norm inputs and outputs, queries,
-  attention output, gate, up and their product), the keys and values the completions attend to
-  (2kd per position, per completion), and the attention probabilities (h x W x (P + W) per
-  completion: MLX's CPU attention keeps them), plus the LM head's float32 logits;
+  nothing of the frozen blocks below them, measured): per block and token 4H + 2hd + 3I values
+  (norm inputs and outputs, queries, attention output, gate, up and their product), the keys and
+  values the completions attend to (2kd per position, per completion), and the attention
+  probabilities (h x W x (P + W) per completion: MLX's CPU attention keeps them), plus the LM
+  head's float32 logits;
 - sampling (training steps, evaluations, calibration): the batched KV cache of
   batch x (P + max_tokens) positions (mlx-lm grows it in steps of 256) and the prefill's logits.
 
