@@ -15,8 +15,9 @@ import pytest
 
 from mlx_swe_rl.env.codefix import CodeFixEnv
 from mlx_swe_rl.puzzles.format import parse_puzzle
-from mlx_swe_rl.sandbox.pool import WORKER_SCRIPT, Limits
+from mlx_swe_rl.sandbox.pool import WORKER_SCRIPT, Limits, Sandbox
 from mlx_swe_rl.sandbox.scorer import Scorer
+from mlx_swe_rl.sandbox.verdict import decode
 
 TIMEOUT = 2.0
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -367,3 +368,16 @@ def test_closing_the_scorer_removes_workers_and_their_directories():
         workers = [(w.proc, w.root) for w in own.sandbox._workers if w.proc is not None]
         assert workers and all(Path(root).is_dir() for _, root in workers)
     assert all(proc.poll() is not None and not Path(root).exists() for proc, root in workers)
+
+
+def test_every_worker_hashes_strings_alike_and_hides_its_own_files():
+    """String hashing is fixed in the workers, so a candidate (or an oracle) whose answer follows
+    a set's order answers alike in every run; and the worker's directory is no import root."""
+    code = "import sys\nwords = {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}\n"
+    probe = f"[hash('mlx-swe-rl'), list(words), {str(WORKER_SCRIPT.parent)!r} in sys.path]"
+    seen = []
+    for _ in range(2):  # two pools, two worker processes
+        with Sandbox(workers=1, limits=Limits(timeout=TIMEOUT)) as sandbox:
+            seen.append(decode(sandbox.run(code, [[["probe", probe]]]).tests[0]["values"][0]))
+    assert seen[0] == seen[1]
+    assert seen[0][2] is False and len(seen[0][1]) == 5

@@ -2,7 +2,7 @@
 
 Applied by the sandbox worker in each freshly forked child, after the resource limits and
 the optional uid drop and before any candidate code runs. Standard library only: the worker
-runs as a script (`python -I -S worker.py`) and loads this file by path; the parent imports
+runs as a script (`python -s -S worker.py`) and loads this file by path; the parent imports
 it too, only to name the mechanisms in messages.
 
 Mechanisms, by platform (each needs no privileges):

@@ -146,6 +146,17 @@ def pytest_job(snapshot: str, files: dict[str, str], tests: list[str]) -> dict:
     return {"kind": "pytest", "snapshot": snapshot, "files": files, "tests": tests, "site": list(pytest_site())}
 
 
+def worker_environment() -> dict[str, str]:
+    """The worker's environment: this process's, without Python's own variables (as `-E`
+    would drop them), and with string hashing fixed. A candidate or an oracle whose output
+    follows the order of a set of strings then answers alike in every worker, run and resumed
+    run, where each worker used to draw its own salt. `-I` cannot be used for this: it ignores
+    PYTHONHASHSEED too."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
 class _Worker:
     """One fork-server process; serves one job at a time."""
 
@@ -163,9 +174,9 @@ class _Worker:
             self.root = tempfile.mkdtemp(prefix="mlx-swe-rl-sandbox-")
             os.chmod(self.root, 0o711)  # a dropped uid must reach its own job directory inside
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(WORKER_SCRIPT), self.root, self.mode],
+                [sys.executable, "-s", "-S", str(WORKER_SCRIPT), self.root, self.mode],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                close_fds=True,
+                close_fds=True, env=worker_environment(),
             )
             ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_GRACE_S)
             try:

@@ -1,6 +1,6 @@
 """Fork server that runs untrusted candidate code; the trusted half of the sandbox.
 
-This file is executed as a script (`python -I -S worker.py`) by
+This file is executed as a script (`python -s -S worker.py`, see `pool.worker_environment`) by
 `mlx_swe_rl.sandbox.pool`, never imported by the trainer, and uses the standard library
 only. It pre-imports the standard library, then serves one job per line of stdin: fork a
 child, confine it, let it run the candidate and the test probes, collect what the child
@@ -20,18 +20,23 @@ expected values, which come from a separate oracle run and never enter a candida
 process. See `mlx_swe_rl.sandbox` for why that makes the verdict unforgeable.
 """
 
+import os
+import sys
+
+# What -P would do (Python 3.11+ only): this script's directory is not an import root, so
+# neither the worker nor a candidate can import the sandbox's other files by their bare names.
+sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
+
 import builtins
 import gc
 import importlib
 import json
-import os
 import pkgutil
 import resource
 import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
