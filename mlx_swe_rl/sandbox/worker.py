@@ -25,7 +25,9 @@ import sys
 
 # What -P would do (Python 3.11+ only): this script's directory is not an import root, so
 # neither the worker nor a candidate can import the sandbox's other files by their bare names.
-sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
+# (compared as real paths: Python resolves a symlinked script's directory when it adds it)
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
 
 import builtins
 import gc
