@@ -374,7 +374,7 @@ def test_every_worker_hashes_strings_alike_and_hides_its_own_files():
     """String hashing is fixed in the workers, so a candidate (or an oracle) whose answer follows
     a set's order answers alike in every run; and the worker's directory is no import root."""
     code = "import sys\nwords = {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}\n"
-    probe = f"[hash('mlx-swe-rl'), list(words), {str(WORKER_SCRIPT.parent)!r} in sys.path]"
+    probe = f"[hash('mlx-swe-rl'), list(words), {str(WORKER_SCRIPT.resolve().parent)!r} in sys.path]"
     seen = []
     for _ in range(2):  # two pools, two worker processes
         with Sandbox(workers=1, limits=Limits(timeout=TIMEOUT)) as sandbox:

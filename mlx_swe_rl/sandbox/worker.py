@@ -27,7 +27,7 @@ import sys
 # neither the worker nor a candidate can import the sandbox's other files by their bare names.
 # (compared as real paths: Python resolves a symlinked script's directory when it adds it)
 _HERE = os.path.dirname(os.path.realpath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
+sys.path[:] = [p for p in sys.path if os.path.realpath(p) != _HERE]
 
 import builtins
 import gc
