@@ -15,6 +15,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,6 +197,71 @@ def truncate_after_step(path: Path, last_step: int) -> None:
         return
     keep = [record for record in read_jsonl(path) if record.get("step", 0) <= last_step]
     Path(path).write_text("".join(json.dumps(record) + "\n" for record in keep))
+
+
+RUN_LOCK = "run.lock"  # held (flock) by the process training the run; says its pid and host
+
+
+class RunInUseError(RuntimeError):
+    """The run directory cannot be claimed: another process is training it, or it cannot be
+    written (the message is one line)."""
+
+
+def _try_lock(fd: int, exclusive: bool) -> bool:
+    """flock without blocking: True when taken; False when another process holds it. Where the
+    file system cannot lock (some network mounts) or the platform has no flock, it is taken:
+    the lock guards against a mistake, it is not what makes a checkpoint safe."""
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def run_in_use(run_dir: Path) -> Iterator[None]:
+    """Mark `run_dir` as being trained by this process for the block; RunInUseError when another
+    process is training it already (two trainers would overwrite each other's checkpoints and
+    logs). The kernel drops the lock when the process ends, killed or not: nothing goes stale."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT, default_mode())
+    except OSError as exc:
+        raise RunInUseError(f"{run_dir}: cannot write the run directory ({exc.strerror or exc})") from exc
+    try:
+        for _ in range(20):  # a reader (run_holder) takes the lock for an instant: wait it out
+            if _try_lock(fd, exclusive=True):
+                break
+            time.sleep(0.1)
+        else:
+            raise RunInUseError(f"{run_dir} is being trained by another process ({run_holder(run_dir)}): "
+                                "wait for it to end, or stop it and resume")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {platform.node()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def run_holder(run_dir: Path) -> str | None:
+    """Who trains `run_dir` now ("pid N on HOST"), or None when no process does."""
+    path = run_dir / RUN_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if _try_lock(fd, exclusive=False):
+            return None
+        return path.read_text().strip() or "a process that has not written its pid yet"
+    finally:
+        os.close(fd)
 
 
 def run_metadata(model_spec: str, adapter: Path | None, dtype: str, model_patches: list[str]) -> dict[str, Any]:

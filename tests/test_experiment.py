@@ -3,6 +3,8 @@
 to end on SmolLM2 that a rerun then skips."""
 
 import json
+import os
+import platform
 from pathlib import Path
 
 import click
@@ -19,6 +21,7 @@ from mlx_swe_rl.experiments.report import collect, markdown, overall
 from mlx_swe_rl.rl.config import ConfigError
 from mlx_swe_rl.rl.evaluation import totals
 from mlx_swe_rl.rl.stats import compare_reports
+from mlx_swe_rl.runfiles import run_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -329,6 +332,9 @@ def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
     (runs["frozen-s0"].run_dir).mkdir(parents=True)
     (runs["frozen-s0"].run_dir / "config.yaml").write_text("{}\n")  # killed before any checkpoint
     assert [runs[n].state() for n in runs] == ["kept", "resumes after step 1 of 2", "resumes after step 0 of 2"]
+    with run_in_use(runs["onpolicy-s1"].run_dir):  # its trainer is still going (a background run)
+        assert runs["onpolicy-s1"].state() == \
+            f"training now (pid {os.getpid()} on {platform.node()}), step 1 of 2 saved"
     evaluation = next(p for p in pieces if isinstance(p, EvalPiece))
     evaluation.out.parent.mkdir(parents=True, exist_ok=True)
     evaluation.out.write_text("{}")

@@ -1,12 +1,17 @@
 """The run directory's step logs, read and written in one place (runfiles)."""
 
 import json
+import os
+import platform
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from mlx_swe_rl.runfiles import (HISTORY, RunFileError, StepRecord, append_jsonl, read_history, read_jsonl, read_steps,
-                                 default_mode, staged_directory, truncate_after_step,
-                                 upgrade_history_line)
+from mlx_swe_rl.runfiles import (HISTORY, RunFileError, RunInUseError, StepRecord, append_jsonl, read_history,
+                                 read_jsonl, read_steps, default_mode, run_holder, run_in_use, staged_directory,
+                                 truncate_after_step, upgrade_history_line)
 
 
 def test_history_round_trip_and_truncation_on_resume(tmp_path):
@@ -97,3 +102,25 @@ def test_a_staged_directory_appears_whole_or_not_at_all(tmp_path):
     with staged_directory(out, overwrite=True) as staging:
         (staging / "b").write_text("2")
     assert [p.name for p in out.iterdir()] == ["b"]
+
+
+def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
+    run = tmp_path / "runs" / "a"
+    assert run_holder(run) is None  # no directory yet
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from mlx_swe_rl.runfiles import run_in_use\n"
+        f"with run_in_use(Path({str(run)!r})):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert run_holder(run).startswith(f"pid {holder.pid} on ")
+        with pytest.raises(RunInUseError, match=f"{run} is being trained by another process \\(pid {holder.pid} "):
+            with run_in_use(run):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)  # killed, not ended: the kernel still drops the lock
+        holder.wait()
+    assert run_holder(run) is None
+    with run_in_use(run):
+        assert run_holder(run) == f"pid {os.getpid()} on {platform.node()}"
+    assert run_holder(run) is None

@@ -29,6 +29,7 @@ from mlx_swe_rl.rl.policy import SequenceBatch, adapters_off, completion_log_pro
 from mlx_swe_rl.rl.rollouts import collect_rollouts
 from mlx_swe_rl.rl.passrates import step_puzzles
 from mlx_swe_rl.rl.trainer import (TrainingError, build_policy, make_optimizer, run_step, step_seed, train, training_puzzles)
+from mlx_swe_rl.runfiles import run_in_use
 
 HISTORY_KEYS = ("step", "reward_mean", "solve_rate", "loss", "kl", "entropy", "clip_frac", "zero_var_frac",
                 "completion_len", "truncation_rate", "tokens_per_s", "step_s", "peak_memory_gb")
@@ -352,6 +353,13 @@ def test_resume_errors(resumed_runs, tiny_model_dir, chosen):
         train(changed, env=env, progress=False, log=quiet, resume=True)
     assert "\n" not in str(info.value)
     assert env.scored == 0  # refused before any work
+    assert len(history_lines(r["cfg_a"].run_dir)) == steps_before
+    config_before = (r["cfg_a"].run_dir / "config.yaml").read_text()
+    with run_in_use(r["cfg_a"].run_dir):  # as if a forgotten background run were still going
+        with pytest.raises(TrainingError, match="is being trained by another process"):
+            train(r["cfg_a"], env=env, progress=False, log=quiet, resume=True)
+    assert env.scored == 0
+    assert (r["cfg_a"].run_dir / "config.yaml").read_text() == config_before
     assert len(history_lines(r["cfg_a"].run_dir)) == steps_before
 
 

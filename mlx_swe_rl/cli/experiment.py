@@ -99,7 +99,7 @@ def list_pieces(pieces: list, every: list) -> None:
     total, unknown = 0.0, 0
     for i, piece in enumerate(pieces, 1):
         click.echo(f"[{i}/{len(pieces)}] {piece.name}: {piece.state()}")
-        if isinstance(piece, RunPiece) and not piece.done():
+        if isinstance(piece, RunPiece) and not piece.done() and not piece.holder():  # a running one uses the memory
             click.echo(f"    {memory_line(piece)}")
         if not piece.done():
             seconds = rates.seconds(piece)

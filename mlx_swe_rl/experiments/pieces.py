@@ -72,9 +72,17 @@ class RunPiece:
 
         return is_finished(self.config)
 
+    def holder(self) -> str | None:
+        """Who trains the run now ("pid N on HOST"), or None."""
+        from ..runfiles import run_holder
+
+        return run_holder(self.run_dir)
+
     def state(self) -> str:
         if self.done():
             return "kept"
+        if holder := self.holder():
+            return f"training now ({holder}), step {self.steps_saved()} of {self.config.train.steps} saved"
         if self.started():
             return f"resumes after step {self.steps_saved()} of {self.config.train.steps}"
         return f"to train ({self.config.train.steps} steps)"

@@ -40,7 +40,7 @@ from .policy import Entry, GroupBatch, Policy, PromptStates, build_policy, compl
 from ..puzzles.format import Puzzle
 from .passrates import PassRateError, choose
 from .reporter import Reporter
-from ..runfiles import StepRecord
+from ..runfiles import RunInUseError, StepRecord, run_in_use
 from .rollouts import Episode, RolloutBatch, collect_rollouts, dynamic_rollouts, informative
 from .rundir import TrainingError, check_before_loading, eval_puzzles, open_run_dir, training_puzzles
 from .selection import SelectionError, select_training_puzzles
@@ -458,13 +458,23 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     `env` replaces the sandboxed CodeFixEnv (tests use synthetic rewards); `stop_after` ends the
     run after that step as if it had been killed there (checkpoints as configured).
     Data-parallel, rank 0 alone reads and writes the run directory, prints and evaluates (its
-    reporter; the others' is quiet); all ranks return the same history.
+    reporter; the others' is quiet); all ranks return the same history. Rank 0 holds the run
+    directory's lock throughout: a second process training the same run fails at once.
     """
+    if not dist.is_main():
+        return _train(cfg, resume, False, env, stop_after, _quiet)
+    try:
+        with run_in_use(cfg.run_dir):
+            return _train(cfg, resume, progress, env, stop_after, log)
+    except RunInUseError as exc:
+        raise TrainingError(str(exc)) from exc
+
+
+def _train(cfg: Config, resume: bool, progress: bool, env: Any, stop_after: int | None,
+           log: Callable[[str], None]) -> RunResult:
     from .evaluation import evaluate_run
 
     main = dist.is_main()
-    if not main:
-        progress, log = False, _quiet
     puzzles = training_puzzles(cfg)  # with puzzles.select: mixed, the candidates
     if not puzzles:
         raise TrainingError("no training puzzles match the puzzles section of the config")
