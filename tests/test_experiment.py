@@ -429,6 +429,10 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
               "peak_memory_gb": 1.7, "sampled_tokens": 640}]
     (run_dir / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     (run_dir / "wall_time.json").write_text(json.dumps({"seconds": 75.0}))
+    rollouts = [(1, "p1", True), (1, "p1", False), (1, "p2", False), (1, "p2", False),
+                (2, "p1", False), (2, "p1", False), (2, "p3", True), (2, "p3", True)]
+    (run_dir / "rollouts.jsonl").write_text("".join(json.dumps({"step": step, "puzzle_id": p, "solved": solved}) + "\n"
+                                                    for step, p, solved in rollouts))
     (run_dir / "calibration.json").write_text(json.dumps({"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
                                                           "puzzles": []}))
     (run_dir / "train-set.json").write_text(json.dumps({"puzzles": ["p1", "p2"]}))
@@ -455,6 +459,8 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert run["calibration"] == {"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
                                   "train_set": ["p1", "p2"]}
     assert result["runs"]["onpolicy-s1"]["calibration"] is None
+    assert run["visits"] == {"p1": [[1, 1, 2], [2, 0, 2]], "p2": [[1, 0, 2]], "p3": [[2, 2, 2]]}
+    assert result["runs"]["onpolicy-s1"]["visits"] == {}
     assert result["runs"]["onpolicy-s0"]["puzzles"]["train"]["splits"] == {f"p{i}": "train" for i in range(4)}
     assert result["levels"]["base"]["train"] == overall(report(evals["base"]))
     text = markdown(result)
@@ -463,6 +469,8 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
     assert "| onpolicy-s0 | 2 of 2 | 1,440 | 0.8 min | 1.2 min | 1.70 GB | 0.100 -> 0.300 |" in text
     assert "- onpolicy-s0: mixed 2, all-solved 1, all-failed 1; trained on 2: p1, p2" in text
+    assert "| onpolicy-s0 | p1 | 1/2 | 0/2 | 1: 1, 2: 0 |" in text
+    assert "| onpolicy-s0 | p2 |" not in text  # one visit: nothing to compare
 
     rates = measure(pieces)  # the dry run's time estimate: rates of the pieces done
     assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 2.0 / 16, 4)

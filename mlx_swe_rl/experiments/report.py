@@ -2,7 +2,9 @@
 history.jsonl and wall_time.json): every run's paired change from the base model on every set
 with its 95% bootstrap CI over puzzles and up/down counts (rl/stats.py), each variant's mean over
 its seeds, the variant-minus-variant rows the file asks for, the puzzles each run newly solved
-and lost, and each run's step curves, sampled tokens, wall time and peak memory. An
+and lost, each run's step curves, sampled tokens, wall time and peak memory, and its training
+puzzles visit by visit (how many of each step's samples solved them: what training gained or
+lost on the puzzles it trained on, as it went). An
 evaluation-only variant gets the paired change and the puzzles rows too (under "evaluated").
 
 Written as OUTPUT_DIR/report.json and report.md (and report.png, figure.py).
@@ -15,14 +17,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..runfiles import read_history, write_json_atomic
+from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
 from .pieces import EvalPiece, Piece, RunPiece
 from .spec import Experiment
 
 # per step, per run: what was learned, what could teach, and what each phase cost
-CURVES = ("reward_mean", "completion_len", "kl", "zero_var_frac", "sample_s", "reference_s", "update_s", "step_s",
-          "peak_memory_gb")
+CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "sample_s", "reference_s",
+          "update_s", "step_s", "peak_memory_gb")
 SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in the JSON)
 
 
@@ -75,6 +77,19 @@ def calibration_entry(run_dir: Path) -> dict[str, Any] | None:
             "train_set": chosen["puzzles"] if chosen else None}
 
 
+def visits(run_dir: Path) -> dict[str, list[list[int]]]:
+    """Each training puzzle's visits in step order, [step, solved, sampled] per step that sampled
+    it (from rollouts.jsonl; empty when the run has none)."""
+    path = run_dir / ROLLOUTS
+    counts: dict[str, dict[int, list[int]]] = {}
+    for line in read_jsonl(path) if path.is_file() else []:
+        count = counts.setdefault(line["puzzle_id"], {}).setdefault(line["step"], [0, 0])
+        count[0] += bool(line["solved"])
+        count[1] += 1
+    return {puzzle: [[step, *count] for step, count in sorted(by_step.items())]
+            for puzzle, by_step in sorted(counts.items())}
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
@@ -100,7 +115,8 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {k: [h.get(k) for h in history] for k in CURVES},
-            "calibration": calibration_entry(piece.run_dir), "change": {}, "puzzles": {}}
+            "calibration": calibration_entry(piece.run_dir), "visits": visits(piece.run_dir),
+            "change": {}, "puzzles": {}}
 
 
 def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
@@ -229,6 +245,14 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{entry['train_seconds'] / 60:.1f} min | {'n/a' if wall is None else f'{wall / 60:.1f} min'} | "
                      f"{'n/a' if peak is None else f'{peak:.2f} GB'} | "
                      + (f"{rewards[0]:.3f} -> {rewards[-1]:.3f} |" if rewards else "n/a |"))
+    revisited = [(run, puzzle, seen) for run, e in result["runs"].items()
+                 for puzzle, seen in e.get("visits", {}).items() if len(seen) > 1]
+    if revisited:
+        lines += ["", "## Training puzzles visited more than once (solved of sampled, per visit)", "",
+                  "| run | puzzle | first visit | last visit | every visit (step: solved) |", "|---|---|---|---|---|"]
+        lines += [f"| {run} | {puzzle} | {seen[0][1]}/{seen[0][2]} | {seen[-1][1]}/{seen[-1][2]} | "
+                  + ", ".join(f"{step}: {solved}" for step, solved, _ in seen) + " |"
+                  for run, puzzle, seen in revisited]
     calibrated = {run: e["calibration"] for run, e in result["runs"].items() if e.get("calibration")}
     if calibrated:
         lines += ["", "## Calibration", ""]
