@@ -549,13 +549,13 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
 
 
 @pytest.mark.parametrize("name, model, runs", [
-    ("qwen15", "qwen2.5-coder-1.5b", {"kl-s0", "nokl-s0", "frozen-s0"}),
+    ("qwen15", "qwen2.5-coder-1.5b", {"kl-s0", "nokl-s0", "frozen-s0", "lr5e-6-s0"}),
     ("qwen05-arms", "qwen2.5-coder-0.5b", {"kl-s0", "kl-s1", "nokl-s0", "frozen-s0"})])
 def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch, name, model, runs):
     """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
     mission's run, started by hand, is that arm's run), and qwen05-arms.yaml is the same design on
     the 0.5B with a second on-policy seed; the other arms differ only by the KL term and the
-    sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
+    sampler (qwen15's lr5e-6 by its learning rate alone); the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
     held-out functions, asked with the shipped prompt, and the same functions written from their
     signature (the write template: the capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
@@ -574,8 +574,8 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
         assert differs == {"kl": set(), "nokl": {("grpo", "beta")},
-                           "frozen": {("grpo", "beta"), ("sampling", "mode")}}[arm]
-        assert arm == "kl" or cfg["grpo"]["beta"] == 0.0
+                           "frozen": {("grpo", "beta"), ("sampling", "mode")}, "lr5e-6": {("optim", "lr")}}[arm]
+        assert arm in ("kl", "lr5e-6") or cfg["grpo"]["beta"] == 0.0
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
     assert asked == {"bundled": (1, 0.0, 384, None), "bundled4": (4, 0.8, 384, None),
