@@ -574,7 +574,10 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
         assert differs == {"kl": set(), "nokl": {("grpo", "beta")},
-                           "frozen": {("grpo", "beta"), ("sampling", "mode")}, "lr5e-6": {("optim", "lr")}}[arm]
+                           "frozen": {("grpo", "beta"), ("sampling", "mode")}, "lr5e-6": {("optim", "lr"), ("puzzles", "select"), ("puzzles", "train_set"),
+                                                             ("train", "final_eval")}}[arm]
+        if arm == "lr5e-6":  # the kl arm's calibrated puzzles, given as a file instead of calibrated again
+            assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
         assert arm in ("kl", "lr5e-6") or cfg["grpo"]["beta"] == 0.0
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
