@@ -461,25 +461,29 @@ def train(cfg: Config, *, resume: bool = False, progress: bool = True, env: Any 
     reporter; the others' is quiet); all ranks return the same history. Rank 0 holds the run
     directory's lock throughout: a second process training the same run fails at once.
     """
-    if not dist.is_main():
-        return _train(cfg, resume, False, env, stop_after, _quiet)
-    try:
-        with run_in_use(cfg.run_dir):
-            return _train(cfg, resume, progress, env, stop_after, log)
-    except RunInUseError as exc:
-        raise TrainingError(str(exc)) from exc
-
-
-def _train(cfg: Config, resume: bool, progress: bool, env: Any, stop_after: int | None,
-           log: Callable[[str], None]) -> RunResult:
-    from .evaluation import evaluate_run
-
     main = dist.is_main()
+    if not main:
+        progress, log = False, _quiet
     puzzles = training_puzzles(cfg)  # with puzzles.select: mixed, the candidates
     if not puzzles:
         raise TrainingError("no training puzzles match the puzzles section of the config")
     eval_set = eval_puzzles(cfg, puzzles) if env is None else []
-    check_before_loading(cfg, puzzles, eval_set, log)
+    check_before_loading(cfg, puzzles, eval_set, log)  # a run refused here leaves no run directory
+    if not main:
+        return _train(cfg, puzzles, eval_set, resume, progress, env, stop_after, log)
+    try:
+        with run_in_use(cfg.run_dir):
+            return _train(cfg, puzzles, eval_set, resume, progress, env, stop_after, log)
+    except RunInUseError as exc:
+        raise TrainingError(str(exc)) from exc
+
+
+def _train(cfg: Config, puzzles: list[Puzzle], eval_set: list[Puzzle], resume: bool, progress: bool, env: Any,
+           stop_after: int | None, log: Callable[[str], None]) -> RunResult:
+    """`train` once its settings are checked (and, on rank 0, with the run directory held)."""
+    from .evaluation import evaluate_run
+
+    main = dist.is_main()
     checkpoint = open_run_dir(cfg.run_dir, cfg, resume) if main else None
     policy = build_policy(cfg)
     log(f"model patches (fast math): {fastmath.describe(fastmath.installed())}")
