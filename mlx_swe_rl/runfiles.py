@@ -240,7 +240,8 @@ def run_in_use(run_dir: Path) -> Iterator[None]:
                 break
             time.sleep(0.1)
         else:
-            raise RunInUseError(f"{run_dir} is being trained by another process ({run_holder(run_dir)}): "
+            holder = run_holder(run_dir) or "it has just ended"
+            raise RunInUseError(f"{run_dir} is being trained by another process ({holder}): "
                                 "wait for it to end, or stop it and resume")
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {platform.node()}\n".encode())
