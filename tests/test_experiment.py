@@ -555,7 +555,8 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
     """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
     mission's run, started by hand, is that arm's run), and qwen05-arms.yaml is the same design on
     the 0.5B with a second on-policy seed; the other arms differ only by the KL term and the
-    sampler (qwen15's lr5e-6 by its learning rate alone); the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
+    sampler (qwen15's lr5e-6 by its learning rate, and by taking the kl arm's calibrated puzzles as
+    a file); the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
     held-out functions, asked with the shipped prompt, and the same functions written from their
     signature (the write template: the capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
@@ -574,8 +575,9 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
         assert differs == {"kl": set(), "nokl": {("grpo", "beta")},
-                           "frozen": {("grpo", "beta"), ("sampling", "mode")}, "lr5e-6": {("optim", "lr"), ("puzzles", "select"), ("puzzles", "train_set"),
-                                                             ("train", "final_eval")}}[arm]
+                           "frozen": {("grpo", "beta"), ("sampling", "mode")},
+                           "lr5e-6": {("optim", "lr"), ("puzzles", "select"), ("puzzles", "train_set"),
+                                      ("train", "final_eval")}}[arm]
         if arm == "lr5e-6":  # the kl arm's calibrated puzzles, given as a file instead of calibrated again
             assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
         assert arm in ("kl", "lr5e-6") or cfg["grpo"]["beta"] == 0.0
