@@ -5,6 +5,10 @@ to end on SmolLM2 that a rerun then skips."""
 import json
 import os
 import platform
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import click
@@ -396,6 +400,33 @@ def test_a_run_killed_mid_way_resumes_and_nothing_is_done_twice(tmp_path, tiny_m
     assert sorted(p.name for p in out.glob("eval-*.json")) == ["eval-a-s0-easy.json", "eval-base-easy.json"]
     run_pieces(pieces, cli, progress=False, log=lambda _: None, train_fn=whole)
     assert calls == [False, True]
+
+
+def test_a_terminated_sitting_still_counts_its_wall_time(tmp_path, tiny_model_dir):
+    """SIGTERM (a `kill`, a session's end) stops the command through its `finally` blocks: the
+    sitting's time reaches wall_time.json, the exit status is 143, and nothing is printed as a crash."""
+    path = write(tmp_path / "term.yaml", {
+        "name": "term", "output_dir": str(tmp_path / "out"),
+        "overrides": {"model.spec": str(tiny_model_dir), "puzzles.tiers": ["easy"], "sampling.max_tokens": 6,
+                      "sampling.group_size": 2, "train.steps": 500, "train.puzzles_per_step": 1,
+                      "train.save_every": 1, "train.final_eval": False, "workers": 1},
+        "variants": {"a": {}}, "sets": {"easy": {"tiers": ["easy"], "split": "heldout"}}})
+    history = tmp_path / "out" / "a-s0" / "history.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_swe_rl", "experiment", str(path), "--quiet"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (history.is_file() and history.read_text()) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no training step within 2 minutes"
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143
+    assert "Traceback" not in err, err
+    assert json.loads((history.parent / "wall_time.json").read_text())["seconds"] > 0
 
 
 # ----------------------------------------------------------------------------------- the report

@@ -8,7 +8,7 @@ import click
 
 from ..models.specs import DTYPES
 from ..runfiles import write_json_atomic
-from .options import (config_default, fail, model_options, model_report, multi_turn_options, puzzle_options,
+from .options import (config_default, exit_on_sigterm, fail, model_options, model_report, multi_turn_options, puzzle_options,
                       sampling_options, sandbox_options, select_puzzles)
 
 
@@ -16,6 +16,7 @@ from .options import (config_default, fail, model_options, model_report, multi_t
 @click.version_option(package_name="mlx-swe-rl")
 def main() -> None:
     """mlx-swe-rl: GRPO that teaches a small code LLM to fix buggy Python functions, in MLX."""
+    exit_on_sigterm()
 
 
 @main.command()

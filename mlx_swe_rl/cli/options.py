@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import signal
+import threading
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -19,6 +21,18 @@ import click
 def fail(message: str) -> None:
     """Stop with a one-line error and exit status 1 (user mistakes get no traceback)."""
     raise click.ClickException(message)
+
+
+def exit_on_sigterm() -> None:
+    """Let SIGTERM (`kill`, a scheduler's stop, the end of a session) end a command through
+    SystemExit instead of on the spot, so its `finally` blocks run: a training sitting's wall time
+    is recorded and the sandbox's workers are stopped. Exit status 143 as before, no traceback."""
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+        signal.signal(signal.SIGTERM, _raise_exit)
+
+
+def _raise_exit(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def config_default(key: str) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .options import fail
+from .options import exit_on_sigterm, fail
 
 
 @click.command("train")
@@ -28,6 +28,7 @@ def main(config_path: Path | None, overrides: tuple[str, ...], resume: bool, qui
     from ..puzzles.trainset import TrainSetError
     from ..rl.memory import MemoryCheckError
 
+    exit_on_sigterm()  # also as `python -m mlx_swe_rl.train`, which bypasses the group
     try:
         cfg = load_config(config_path, list(overrides))
         if dry_run:
