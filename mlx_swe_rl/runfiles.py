@@ -35,7 +35,12 @@ def staged_directory(out: Path, overwrite: bool = False) -> Iterator[Path]:
     """A new directory beside `out` to write into, renamed to `out` when the block ends, and
     removed if it raises: `out` appears whole or not at all, with the permissions a plain mkdir()
     would give it. `out` must be absent or empty (OSError otherwise), unless `overwrite`: then
-    what it holds is replaced."""
+    what it holds is replaced. A symlink at `out` stays and the directory appears where it points
+    (outputs linked to another disk); a file there is refused before the block runs."""
+    if out.is_symlink():  # rename() would replace the link itself, or fail on a dangling one
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out}: a file is there, not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     staging.chmod(default_mode(directory=True))  # mkdtemp's 0700 would hide it from other users

@@ -104,6 +104,25 @@ def test_a_staged_directory_appears_whole_or_not_at_all(tmp_path):
     assert [p.name for p in out.iterdir()] == ["b"]
 
 
+def test_a_staged_directory_goes_where_a_symlink_points_and_refuses_a_file_up_front(tmp_path):
+    disk = tmp_path / "disk"
+    for target in (disk / "set", disk / "set"):  # dangling, then pointing at the full directory
+        link = tmp_path / "link"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        with staged_directory(link, overwrite=True) as staging:
+            (staging / "a").write_text("1")
+        assert link.is_symlink() and (target / "a").read_text() == "1"
+    assert sorted(p.name for p in disk.iterdir()) == ["set"]  # no staging left beside it
+    file = tmp_path / "file"
+    file.write_text("x")
+    ran = []
+    with pytest.raises(NotADirectoryError, match="file: a file is there, not a directory"):
+        with staged_directory(file) as staging:
+            ran.append(staging)  # the work a late failure would waste
+    assert ran == [] and file.read_text() == "x"
+
+
 def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
     run = tmp_path / "runs" / "a"
     assert run_holder(run) is None  # no directory yet

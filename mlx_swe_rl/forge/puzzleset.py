@@ -53,7 +53,7 @@ def write_file_set(files: dict[str, str], out: Path, summary_file: str, summary:
     the set is built beside `out` and renamed into place. An existing non-empty `out` is
     replaced only with `overwrite`, and only if it holds `summary_file` (a set of this kind)."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if out.is_dir() and any(out.iterdir()):  # a file there: staged_directory says so
         if not overwrite:
             raise FileExistsError(f"{out}: not empty; pass --overwrite to replace a {kind}")
         if not (out / summary_file).is_file():
