@@ -20,7 +20,7 @@ from typing import Any
 from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
 from .pieces import EvalPiece, Piece, RunPiece
-from .spec import Experiment
+from .spec import Experiment, Pair
 
 # per step, per run: what was learned, what could teach, and what each phase cost
 CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "sample_s", "reference_s",
@@ -165,18 +165,37 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
             if by_seed:
                 result["variants"].setdefault(variant, {})[set_name] = seed_mean(by_seed)
     for pair in experiment.pairs:
+        matched = pair_models(experiment, runs, pair)
         for set_name in experiment.sets:
             by_seed = {}
-            for run in runs.values():
-                if run.variant != pair.variant:
-                    continue
-                other = experiment.run_name(pair.minus, run.seed)
-                before, after = reports.get((other, set_name)), reports.get((run.name, set_name))
+            for key, (model, minus) in matched.items():
+                before, after = reports.get((minus, set_name)), reports.get((model, set_name))
                 if before is not None and after is not None:
-                    by_seed[run.seed] = compare_reports(before, after)["all"]
+                    by_seed[key] = compare_reports(before, after)["all"]
             if by_seed:
                 result["pairs"].setdefault(pair.label, {})[set_name] = seed_mean(by_seed)
     return result
+
+
+def pair_models(experiment: Experiment, runs: dict[str, RunPiece], pair: Pair) -> dict[int | str, tuple[str, str]]:
+    """The models a pair compares, (variant's, minus's), keyed by seed: two trained variants meet at
+    the seeds both have; an evaluation-only variant (one model, no seed) meets every seed of a
+    trained one, or the other evaluation-only variant under the key "adapter"."""
+    def models(name: str) -> dict[int | None, str]:
+        if not experiment.variants[name].trains:
+            return {None: name}
+        return {run.seed: run.name for run in runs.values() if run.variant == name}
+
+    ours, theirs = models(pair.variant), models(pair.minus)
+    if None in ours and None in theirs:
+        return {"adapter": (ours[None], theirs[None])}
+    seeds = set(theirs) if None in ours else set(ours) if None in theirs else set(ours) & set(theirs)
+    return {seed: (ours.get(seed, ours.get(None)), theirs.get(seed, theirs.get(None))) for seed in sorted(seeds)}
+
+
+def seed_label(seed: int | str) -> str:
+    """s0 for a seed; a pair of two evaluation-only variants has none ("adapter")."""
+    return f"s{seed}" if isinstance(seed, int) or str(seed).isdigit() else str(seed)
 
 
 def points(x: float) -> str:
@@ -211,7 +230,7 @@ def markdown(result: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|"]
         for label, by_set in rows.items():
             for s, row in by_set.items():
-                per_seed = ", ".join(f"s{seed} {change_cell(c)}" for seed, c in row["seeds"].items())
+                per_seed = ", ".join(f"{seed_label(seed)} {change_cell(c)}" for seed, c in row["seeds"].items())
                 lines.append(f"| {label} | {s} | {row['runs']} | {points(row['before'])} | {points(row['after'])} | "
                              f"{100 * row['mean_change']:+.1f} | {per_seed} |")
     lines += ["", "## Puzzles newly solved and lost (no sample passed before / after)", "",

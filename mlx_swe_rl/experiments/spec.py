@@ -116,7 +116,8 @@ class DataStep:
 
 @dataclass(frozen=True)
 class Pair:
-    """A variant-minus-variant comparison, paired per seed that both have."""
+    """A variant-minus-variant comparison, paired per seed that both have; an evaluation-only
+    variant (one adapter) is compared with every seed of the other side."""
 
     variant: str
     minus: str
@@ -356,11 +357,10 @@ def _pairs(value: Any, variants: dict[str, Variant], path: Path) -> tuple[Pair, 
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: {key}: expected {{variant: A, minus: B}}, got {body!r}")
         _check_keys(body, PAIR_KEYS, f"{key}.", path)
-        trained = [v for v in variants.values() if v.trains]
         for field_name in PAIR_KEYS:
-            if body.get(field_name) not in variants or not variants[body[field_name]].trains:
-                raise ConfigError(f"{path}: {key}.{field_name}: {body.get(field_name)!r} is not a variant that trains "
-                                  f"({', '.join(v.name for v in trained)})")
+            if body.get(field_name) not in variants:
+                raise ConfigError(f"{path}: {key}.{field_name}: {body.get(field_name)!r} is not a variant "
+                                  f"({', '.join(variants)})")
         if body["variant"] == body["minus"]:
             raise ConfigError(f"{path}: {key}: a variant minus itself is no comparison")
         pairs.append(Pair(body["variant"], body["minus"]))
