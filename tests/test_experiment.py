@@ -605,11 +605,11 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
     ("qwen15", "qwen2.5-coder-1.5b", {"kl-s0", "nokl-s0", "frozen-s0", "lr5e-6-s0"}),
     ("qwen05-arms", "qwen2.5-coder-0.5b", {"kl-s0", "kl-s1", "nokl-s0", "frozen-s0"})])
 def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch, name, model, runs):
-    """qwen15.yaml's kl arm is configs/grpo.yaml on the 1.5B as `mlx-swe-rl train` runs it (so the
-    mission's run, started by hand, is that arm's run), and qwen05-arms.yaml is the same design on
-    the 0.5B with a second on-policy seed; the other arms differ only by the KL term and the
-    sampler (qwen15's lr5e-6 by its learning rate, and by taking the kl arm's calibrated puzzles as
-    a file); the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
+    """qwen05-arms.yaml's kl arm is configs/grpo.yaml as `mlx-swe-rl train` runs it, on the 0.5B
+    with a second on-policy seed; the other arms differ only by the KL term and the sampler.
+    qwen15.yaml's kl arm is the 1.5B's first run, at the first shipped lr (2e-5); its lr5e-6 arm is
+    configs/grpo.yaml as shipped now, and it, nokl and frozen take the kl arm's calibrated puzzles
+    as a file and differ from each other only by the KL term and the sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
     held-out functions, asked with the shipped prompt, and the same functions written from their
     signature (the write template: the capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
@@ -627,12 +627,15 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
                    for k in shipped[s] if cfg[s][k] != shipped[s][k] and (s, k) != ("train", "save_every")}
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
-        assert differs == {"kl": set(), "nokl": {("grpo", "beta")},
-                           "frozen": {("grpo", "beta"), ("sampling", "mode")},
-                           "lr5e-6": {("optim", "lr"), ("puzzles", "select"), ("puzzles", "train_set"),
-                                      ("train", "final_eval")}}[arm]
-        if arm == "lr5e-6":  # the kl arm's calibrated puzzles, given as a file instead of calibrated again
-            assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
+        given = {("puzzles", "select"), ("puzzles", "train_set"), ("train", "final_eval")}  # qwen15's puzzles, as a file
+        expected = {"kl": set(), "nokl": {("grpo", "beta")}, "frozen": {("grpo", "beta"), ("sampling", "mode")}}
+        if name == "qwen15":  # kl ran at the first shipped lr; the others take its calibrated puzzles as a file
+            expected = {"kl": {("optim", "lr")}, "lr5e-6": given, "nokl": expected["nokl"] | given,
+                        "frozen": expected["frozen"] | given}
+            assert cfg["optim"]["lr"] == (2.0e-5 if arm == "kl" else shipped["optim"]["lr"]) and shipped["optim"]["lr"] == 5.0e-6
+            if arm != "kl":
+                assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
+        assert differs == expected[arm]
         assert arm in ("kl", "lr5e-6") or cfg["grpo"]["beta"] == 0.0
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
