@@ -460,6 +460,14 @@ def test_evaluation_only_variants_pair_with_each_other_and_with_every_seed(tmp_p
     text = markdown(result)
     assert "| x minus y | train | 1 | 25.0 | 75.0 | +50.0 | adapter +50.0 [" in text
     assert "| a minus y | train | 2 | 25.0 | 62.5 | +37.5 | s0 +75.0 [" in text
+    from mlx_swe_rl.experiments.figure import _changes
+    from mlx_swe_rl.reports.figures import plt
+
+    fig, ax = plt.subplots()
+    _changes(ax, result, ["a"], [0, 1])
+    bars = [c.get_label() for c in ax.containers if not c.get_label().startswith("_")]  # not the error bars
+    assert bars == ["a-s0", "a-s1", "x", "y"]  # the adapters' bars beside the runs'
+    plt.close(fig)
 
 
 def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
@@ -609,9 +617,10 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
     with a second on-policy seed; the other arms differ only by the KL term and the sampler.
     qwen15.yaml's kl arm is the 1.5B's first run, at the first shipped lr (2e-5); its lr5e-6 arm is
     configs/grpo.yaml as shipped now, and it, nokl and frozen take the kl arm's calibrated puzzles
-    as a file and differ from each other only by the KL term and the sampler; the evaluations are greedy and avg@4 on the 54 bundled puzzles and greedy on the
-    held-out functions, asked with the shipped prompt, and the same functions written from their
-    signature (the write template: the capability gate)."""
+    as a file and differ from each other only by the KL term and the sampler; the evaluations are
+    greedy and avg@4 on the 54 bundled puzzles and greedy on the held-out functions, asked with the
+    shipped prompt, and the same functions written from their signature (the write template: the
+    capability gate)."""
     from mlx_swe_rl.rl.config import load_config, to_dict
 
     monkeypatch.chdir(REPO)
@@ -627,12 +636,13 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
                    for k in shipped[s] if cfg[s][k] != shipped[s][k] and (s, k) != ("train", "save_every")}
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
-        given = {("puzzles", "select"), ("puzzles", "train_set"), ("train", "final_eval")}  # qwen15's puzzles, as a file
+        given = {("puzzles", "select"), ("puzzles", "train_set"), ("train", "final_eval")}  # puzzles as a file
         expected = {"kl": set(), "nokl": {("grpo", "beta")}, "frozen": {("grpo", "beta"), ("sampling", "mode")}}
         if name == "qwen15":  # kl ran at the first shipped lr; the others take its calibrated puzzles as a file
             expected = {"kl": {("optim", "lr")}, "lr5e-6": given, "nokl": expected["nokl"] | given,
                         "frozen": expected["frozen"] | given}
-            assert cfg["optim"]["lr"] == (2.0e-5 if arm == "kl" else shipped["optim"]["lr"]) and shipped["optim"]["lr"] == 5.0e-6
+            assert shipped["optim"]["lr"] == 5.0e-6
+            assert cfg["optim"]["lr"] == (2.0e-5 if arm == "kl" else 5.0e-6)
             if arm != "kl":
                 assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
         assert differs == expected[arm]

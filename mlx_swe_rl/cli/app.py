@@ -8,8 +8,8 @@ import click
 
 from ..models.specs import DTYPES
 from ..runfiles import write_json_atomic
-from .options import (config_default, exit_on_sigterm, fail, model_options, model_report, multi_turn_options, puzzle_options,
-                      sampling_options, sandbox_options, select_puzzles)
+from .options import (config_default, exit_on_sigterm, fail, model_options, model_report, multi_turn_options,
+                      puzzle_options, sampling_options, sandbox_options, select_puzzles)
 
 
 @click.group()

@@ -51,9 +51,12 @@ def recorded(values: list[float | None]) -> tuple[list[int], list[float]]:
 
 
 def _changes(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
-    """Each run's paired change per set (points) with its 95% CI, coloured as its curves."""
+    """Each run's paired change per set (points) with its 95% CI, coloured as its curves; then
+    each evaluation-only variant's (an adapter made elsewhere), in colours of their own."""
     sets = list(result["sets"])
     runs = [(run, entry) for run, entry in result["runs"].items() if entry["change"]]
+    runs += [(name, entry) for name, entry in result["evaluated"].items() if entry["change"]]
+    colours = variants + [entry["variant"] for _, entry in runs if entry["variant"] not in variants]
     width = 0.8 / max(len(runs), 1)
     for i, (run, entry) in enumerate(runs):
         rows = [entry["change"].get(s) for s in sets]
@@ -61,8 +64,9 @@ def _changes(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[i
         means = [100 * row["change"] for row in rows if row]
         errs = [[100 * (row["change"] - row["ci95"][0]) for row in rows if row],
                 [100 * (row["ci95"][1] - row["change"]) for row in rows if row]]
-        ax.bar(xs, means, width, yerr=errs, capsize=3, label=run, color=f"C{variants.index(entry['variant'])}",
-               hatch=HATCHES[seeds.index(entry["seed"]) % len(HATCHES)], edgecolor="white")
+        hatch = HATCHES[seeds.index(entry["seed"]) % len(HATCHES)] if "seed" in entry else ""
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=run, color=f"C{colours.index(entry['variant'])}",
+               hatch=hatch, edgecolor="white")
     ax.axhline(0, color="0.3", linewidth=0.8)
     ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(sets))],
                   [f"{s}\n(avg@{result['sets'][s]['samples']})" for s in sets])
