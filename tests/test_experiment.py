@@ -360,17 +360,23 @@ def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
     assert calls == []
 
 
+def tiny_run_file(tmp_path: Path, model_dir: Path, steps: int, workers: int) -> Path:
+    """An experiment of one run of the tiny model (variant a, seed 0: out/a-s0), a checkpoint every
+    step, evaluated on the easy held-out puzzles."""
+    return write(tmp_path / "tiny.yaml", {
+        "name": "tiny", "output_dir": str(tmp_path / "out"),
+        "overrides": {"model.spec": str(model_dir), "puzzles.tiers": ["easy"], "sampling.max_tokens": 6,
+                      "sampling.group_size": 2, "train.steps": steps, "train.puzzles_per_step": 1,
+                      "train.save_every": 1, "train.final_eval": False, "workers": workers},
+        "variants": {"a": {}}, "sets": {"easy": {"tiers": ["easy"], "split": "heldout"}}})
+
+
 def test_a_run_killed_mid_way_resumes_and_nothing_is_done_twice(tmp_path, tiny_model_dir):
     """The real trainer on the tiny model: killed after its first step (the checkpoint of step 1
     kept), the command run again resumes it, and a third time does nothing."""
     from mlx_swe_rl.rl.trainer import train
 
-    path = write(tmp_path / "kill.yaml", {
-        "name": "kill", "output_dir": str(tmp_path / "out"),
-        "overrides": {"model.spec": str(tiny_model_dir), "puzzles.tiers": ["easy"], "sampling.max_tokens": 6,
-                      "sampling.group_size": 2, "train.steps": 2, "train.puzzles_per_step": 1,
-                      "train.save_every": 1, "train.final_eval": False, "workers": 2},
-        "variants": {"a": {}}, "sets": {"easy": {"tiers": ["easy"], "split": "heldout"}}})
+    path = tiny_run_file(tmp_path, tiny_model_dir, steps=2, workers=2)
     pieces = plan_pieces(load(path, cli))
     run_dir, out = tmp_path / "out" / "a-s0", tmp_path / "out"
     calls = []
@@ -403,12 +409,7 @@ def test_a_run_killed_mid_way_resumes_and_nothing_is_done_twice(tmp_path, tiny_m
 def test_a_terminated_sitting_still_counts_its_wall_time(tmp_path, tiny_model_dir):
     """SIGTERM (a `kill`, a session's end) stops the command through its `finally` blocks: the
     sitting's time reaches wall_time.json, the exit status is 143, and nothing is printed as a crash."""
-    path = write(tmp_path / "term.yaml", {
-        "name": "term", "output_dir": str(tmp_path / "out"),
-        "overrides": {"model.spec": str(tiny_model_dir), "puzzles.tiers": ["easy"], "sampling.max_tokens": 6,
-                      "sampling.group_size": 2, "train.steps": 500, "train.puzzles_per_step": 1,
-                      "train.save_every": 1, "train.final_eval": False, "workers": 1},
-        "variants": {"a": {}}, "sets": {"easy": {"tiers": ["easy"], "split": "heldout"}}})
+    path = tiny_run_file(tmp_path, tiny_model_dir, steps=500, workers=1)
     history = tmp_path / "out" / "a-s0" / "history.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "mlx_swe_rl", "experiment", str(path), "--quiet"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
