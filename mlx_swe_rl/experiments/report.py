@@ -195,7 +195,7 @@ def pair_models(experiment: Experiment, runs: dict[str, RunPiece], pair: Pair) -
 
 def seed_label(seed: int | str) -> str:
     """s0 for a seed; a pair of two evaluation-only variants has none ("adapter")."""
-    return f"s{seed}" if isinstance(seed, int) or str(seed).isdigit() else str(seed)
+    return f"s{seed}" if isinstance(seed, int) else seed
 
 
 def points(x: float) -> str:
