@@ -20,7 +20,7 @@ from mlx_swe_rl.cli.app import main as cli
 from mlx_swe_rl.cli.experiment import load, run_pieces
 from mlx_swe_rl.env.rewards import ANSWER_KINDS
 from mlx_swe_rl.experiments.estimate import measure, memory_line
-from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, plan_pieces
+from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, missing_inputs, plan_pieces
 from mlx_swe_rl.experiments.report import collect, markdown, overall
 from mlx_swe_rl.rl.config import ConfigError
 from mlx_swe_rl.rl.evaluation import totals
@@ -156,6 +156,42 @@ def test_pieces_in_order_shared_base_evaluations_and_filters(tmp_path):
         plan_pieces(experiment, ("frozn",), ())
     with pytest.raises(ConfigError, match="--seeds: none of 7"):
         plan_pieces(experiment, (), (7,))
+
+
+def test_an_input_no_earlier_piece_makes_is_named_before_anything_runs(tmp_path):
+    chosen = tmp_path / "out/calib-s0/train-set.json"  # the calibrating variant's choice, read by the other
+    variants = {"calib": {"overrides": {"puzzles.select": "mixed"}},
+                "reuse": {"overrides": {"puzzles.train_set": str(chosen)}}}
+    data = small(tmp_path, variants=variants, seeds=[0], data=[{"sample": f"-n 2 --out {tmp_path / 'x.json'}"}],
+                 sets={"made": {"puzzles": str(tmp_path / "x.json")}, "typo": {"puzzles": str(tmp_path / "y.json")}})
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    every = plan_pieces(experiment)
+    nowhere = "not there yet, and no piece of this experiment makes it"
+    assert missing_inputs(every, every) == [f"eval {m} on typo reads {tmp_path / 'y.json'}, {nowhere}"
+                                            for m in ("base", "calib-s0", "reuse-s0")]
+    del data["sets"]["typo"]
+    path = write(tmp_path / "exp.yaml", data)
+    experiment = load(path, cli)
+    every = plan_pieces(experiment)
+    assert missing_inputs(every, every) == []  # the data step and the calibrating run come first
+    only = plan_pieces(experiment, ("reuse",))
+    needs = (f"reuse-s0 reads {chosen}, not there yet, which calib-s0 writes when it calibrates, before its "
+             "first step: run its variant too (--only calib)")
+    assert missing_inputs(only, every) == [needs]
+    result = CliRunner().invoke(cli, ["experiment", str(path), "--only", "reuse"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [f"Error: {needs}"]
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "out").exists()  # refused before any piece ran
+    dry = CliRunner().invoke(cli, ["experiment", str(path), "--only", "reuse", "--dry-run"])
+    assert dry.exit_code == 0 and dry.output.strip().splitlines()[-1] == f"cannot start: {needs}"
+    chosen.parent.mkdir(parents=True)
+    chosen.write_text(json.dumps({"puzzle_dir": None, "puzzles": ["average_score"], "source": {}}))
+    assert missing_inputs(only, every) == []
+    chosen.unlink()
+    data["variants"] = dict(reversed(variants.items()))  # the reader first: its maker runs too late
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    every = plan_pieces(experiment)
+    assert missing_inputs(every, every) == [f"reuse-s0 reads {chosen}, not there yet, and calib-s0, which makes "
+                                            "it, comes later: put its variant first in the file"]
 
 
 def test_a_set_may_ask_with_its_own_wording(tmp_path):
@@ -566,7 +602,7 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
                  {"sample": ["--tier", "easy", "--split", "heldout", "-n", "1", "--out", str(tmp_path / "held1.json")]}]})
     dry = CliRunner().invoke(cli, ["experiment", str(path), "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "[1/16] mlx-swe-rl puzzles sample" in dry.output and "memory: estimated once the data steps" in dry.output
+    assert "[1/16] mlx-swe-rl puzzles sample" in dry.output and "memory: estimated once its puzzles are made" in dry.output
     assert "16 of 16 pieces to do; no time estimate (no training step measured yet" in dry.output
 
     result = CliRunner().invoke(cli, ["experiment", str(path), "--quiet"])

@@ -32,7 +32,7 @@ def main(experiment_file: Path, dry_run: bool, only: tuple[str, ...], seeds: str
     """Run a comparison experiment: its data steps, every variant x seed training run, and the
     evaluations of the base model and of every run, then write report.json, report.md and
     report.png in its output directory (docs/experiments.md)."""
-    from ..experiments.pieces import plan_pieces
+    from ..experiments.pieces import missing_inputs, plan_pieces
     from ..experiments.report import write_report
     from ..rl.config import ConfigError
 
@@ -44,9 +44,12 @@ def main(experiment_file: Path, dry_run: bool, only: tuple[str, ...], seeds: str
         every = plan_pieces(experiment)  # the report covers the whole experiment, whatever ran now
     except ConfigError as exc:
         fail(str(exc))
+    missing = missing_inputs(pieces, every)
     if dry_run:
-        return list_pieces(pieces, every)
+        return list_pieces(pieces, every, missing)
     if not report_only:
+        if missing:
+            fail(missing[0] + (f" (and {len(missing) - 1} more: --dry-run lists them)" if len(missing) > 1 else ""))
         run_pieces(pieces, commands, progress=not quiet, log=click.echo)
     written = write_report(experiment, every)
     click.echo((experiment.output_dir / "report.md").read_text())
@@ -89,9 +92,9 @@ def parse_seeds(text: str | None) -> tuple[int, ...]:
         fail(f"--seeds: expected comma-separated integers, got '{text}'")
 
 
-def list_pieces(pieces: list, every: list) -> None:
-    """--dry-run: each piece with its state, each run's memory preflight, and the time left at
-    the rates of this experiment's finished pieces."""
+def list_pieces(pieces: list, every: list, missing: list[str]) -> None:
+    """--dry-run: each piece with its state, each run's memory preflight, the time left at the
+    rates of this experiment's finished pieces, and the inputs nothing in this sitting makes."""
     from ..experiments.estimate import duration, measure, memory_line
     from ..experiments.pieces import RunPiece
 
@@ -116,6 +119,8 @@ def list_pieces(pieces: list, every: list) -> None:
             f"about {duration(total)} at this experiment's rates" if todo > unknown else "no time estimate")
     click.echo(f"{todo} of {len(pieces)} pieces to do; {told} ({'; '.join(basis)})"
                + (f"; {unknown} piece(s) not estimated (nothing to measure them by yet)" if unknown else ""))
+    for line in missing:
+        click.echo(f"cannot start: {line}")
 
 
 def run_pieces(pieces: list, commands: click.Group, progress: bool, log: Callable[[str], None],

@@ -72,7 +72,7 @@ def memory_line(piece: RunPiece) -> str:
         puzzles = training_puzzles(cfg)
         eval_set = eval_puzzles(cfg, puzzles)
     except (PuzzleError, TrainSetError, OSError) as exc:
-        return f"memory: estimated once the data steps have run ({exc})"
+        return f"memory: estimated once its puzzles are made ({exc})"
     shape, work = memory.plan(cfg, puzzles, eval_set)
     limit, source = memory.device_memory()
     notes: list[str] = []

@@ -201,6 +201,56 @@ def plan_pieces(experiment: Experiment, only: tuple[str, ...] = (), seeds: tuple
     return [*(DataPiece(step) for step in experiment.data), *runs, *bases.values(), *evals]
 
 
+def reads(piece: Piece) -> list[Path]:
+    """The puzzle files a piece reads that the experiment itself may make: a run's train set, an
+    evaluation set's puzzles."""
+    if isinstance(piece, RunPiece):
+        return [Path(piece.config.puzzles.train_set)] if piece.config.puzzles.train_set else []
+    if isinstance(piece, EvalPiece):
+        return [Path(piece.eval_set.puzzles)] if piece.eval_set.puzzles else []
+    return []
+
+
+def writes(piece: Piece) -> list[Path]:
+    """What a piece makes that others may read: a data step's outputs, and the train set a
+    calibrating run (puzzles.select=mixed) chooses before its first step."""
+    from ..puzzles.trainset import TRAIN_SET_FILE
+
+    if isinstance(piece, DataPiece):
+        return list(piece.step.outputs)
+    if isinstance(piece, RunPiece) and piece.config.puzzles.select == "mixed":
+        return [piece.run_dir / TRAIN_SET_FILE]
+    return []
+
+
+def missing_inputs(pieces: list[Piece], every: list[Piece]) -> list[str]:
+    """One line per file that a piece still to do reads, that is not there and that no earlier
+    piece of this sitting makes (`pieces`, the chosen ones, out of `every`): said before anything
+    runs, rather than as a failure hours in, naming the piece of the experiment that makes it."""
+    def made(path: Path, by: list[Piece]) -> Piece | None:
+        target = path.resolve()
+        return next((p for p in by for out in writes(p)
+                     if target == out.resolve() or target.is_relative_to(out.resolve())), None)
+
+    problems: list[str] = []
+    for i, piece in enumerate(pieces):
+        if piece.done() or (isinstance(piece, RunPiece) and piece.started()):
+            continue  # a started run has read its puzzles already
+        for path in reads(piece):
+            if path.exists() or made(path, pieces[:i]):
+                continue
+            maker = made(path, every)
+            if maker is None:
+                how = "and no piece of this experiment makes it"
+            elif maker in pieces:
+                how = f"and {maker.name}, which makes it, comes later: put its variant first in the file"
+            else:
+                how = (f"which {maker.name} writes when it calibrates, before its first step: run its variant "
+                       f"too (--only {maker.variant})")
+            problems.append(f"{piece.name} reads {path}, not there yet, {how}")
+    return problems
+
+
 def soup_path(experiment: Experiment, variant: str) -> Path:
     """Where a soup variant's adapter is made (once, before its first evaluation)."""
     return experiment.output_dir / f"{variant}-adapter"

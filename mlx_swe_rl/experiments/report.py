@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE
 from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
 from .pieces import EvalPiece, Piece, RunPiece
@@ -70,7 +71,7 @@ def answers(piece: EvalPiece, report: dict[str, Any]) -> dict[str, Any] | None:
 def calibration_entry(run_dir: Path) -> dict[str, Any] | None:
     """How the run chose its puzzles, when it calibrated: the count per category (mixed, always
     solved, never solved) and the puzzles it trained on."""
-    report, chosen = load_report(run_dir / "calibration.json"), load_report(run_dir / "train-set.json")
+    report, chosen = load_report(run_dir / CALIBRATION_FILE), load_report(run_dir / TRAIN_SET_FILE)
     if report is None:
         return None
     return {"categories": report["categories"],

@@ -13,6 +13,10 @@ from typing import Any
 
 from .format import Puzzle, default_puzzle_dir, filter_puzzles, load_puzzles
 
+# What a run that calibrates (puzzles.select=mixed) writes in its run directory: the calibration's
+# rollouts, and the train set it chose, which other runs may name as their puzzles.train_set.
+CALIBRATION_FILE, TRAIN_SET_FILE = "calibration.json", "train-set.json"
+
 
 class TrainSetError(ValueError):
     """A train-set file that cannot be used; the message names the file."""

@@ -18,11 +18,11 @@ from . import distributed as dist
 from .calibration import calibrate
 from .config import Config
 from ..puzzles.format import Puzzle
-from ..puzzles.trainset import TrainSetError, load_train_set, of_category, source_directory, write_train_set
+from ..puzzles.trainset import (CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError, load_train_set, of_category,
+                                source_directory, write_train_set)
 from ..runfiles import write_json_atomic
 from .rollouts import MIXED
 
-CALIBRATION_FILE, TRAIN_SET_FILE = "calibration.json", "train-set.json"
 
 
 class SelectionError(RuntimeError):

@@ -17,9 +17,9 @@ from .config import Config
 from .passrates import PASSRATES_FILE, PassRates, restore
 from .policy import Policy
 from ..puzzles.format import Puzzle
+from ..puzzles.trainset import CALIBRATION_FILE
 from ..runfiles import StepRecord, read_steps, write_json_atomic
 from .rundir import resume_from
-from .selection import CALIBRATION_FILE
 
 
 @dataclass(frozen=True)
