@@ -22,8 +22,9 @@ from mlx_swe_rl.env.rewards import ANSWER_KINDS
 from mlx_swe_rl.experiments.estimate import measure, memory_line
 from mlx_swe_rl.experiments.pieces import DataPiece, EvalPiece, RunPiece, missing_inputs, plan_pieces
 from mlx_swe_rl.experiments.report import collect, markdown, overall
-from mlx_swe_rl.rl.config import ConfigError
+from mlx_swe_rl.rl.config import ConfigError, to_dict
 from mlx_swe_rl.rl.evaluation import totals
+from mlx_swe_rl.rl.rundir import trained_on
 from mlx_swe_rl.rl.stats import compare_reports
 from mlx_swe_rl.runfiles import run_in_use
 
@@ -574,6 +575,55 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 2.0 / 16, 4)
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     assert rates.seconds(runs["onpolicy-s1"]) == 50.0  # 2 steps to go
+
+
+def test_the_change_is_split_by_the_functions_the_model_trained_on(tmp_path):
+    """A run and an exported adapter, each evaluated on five puzzles: the puzzles of a function
+    it trained on (p0 and p1 are two bugs in one function) against the rest."""
+    puzzles = tmp_path / "puzzles"
+    (puzzles / "easy").mkdir(parents=True)
+    for pid, name in (("p0", "f"), ("p1", "f"), ("p2", "g"), ("p3", "h"), ("p4", "k")):
+        write(puzzles / "easy" / f"{pid}.yaml", {
+            "id": pid, "tier": "easy", "split": "train", "entry_point": name, "description": "Add one.",
+            "buggy": f"def {name}(x):\n    return x - 1\n", "oracle": f"def {name}(x):\n    return x + 1\n",
+            "tests": [f"assert {name}(1) == 2"]})
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "export.json").write_text(json.dumps({"trained_on": {"steps": 9, "puzzles": ["p3"],
+                                                                    "functions": ["h"]}}))
+    data = small(tmp_path, overrides={"train.steps": 2, "puzzles.dir": str(puzzles)}, seeds=[0],
+                 variants={"onpolicy": {}, "made": {"adapter": str(adapter)},
+                           "soupy": {"adapter": str(tmp_path / "out/onpolicy-s0"), "soup": 2}},
+                 sets={"train": {"puzzles": str(puzzles), "samples": 4}})
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    pieces = plan_pieces(experiment)
+    run = next(p for p in pieces if isinstance(p, RunPiece))
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "history.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2)))
+    (run.run_dir / "rollouts.jsonl").write_text("".join(  # step 3's line: written by a step that never finished
+        json.dumps({"step": step, "puzzle_id": p, "solved": False}) + "\n" for step, p in ((1, "p1"), (2, "p2"), (3, "p3"))))
+    (run.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(run.config)))
+    for name in ("adapter_config.json", "adapters.safetensors"):  # what makes it a run to export.run_config
+        (run.run_dir / name).write_text("{}")
+    assert trained_on(run.run_dir, run.config) == {"steps": 2, "puzzles": ["p1", "p2"], "functions": ["f", "g"]}
+    assert trained_on(run.run_dir, run.config, steps=1) == {"steps": 1, "puzzles": ["p1"], "functions": ["f"]}
+    for model, rates in {"base": [0, .25, .5, .75, 0], "onpolicy-s0": [.5, .5, .5, .75, .25],
+                         "made": [0, .25, .5, 1.0, 0], "soupy": [.25, .25, .5, .75, 0]}.items():
+        (tmp_path / "out" / f"eval-{model}-train.json").write_text(json.dumps(report(rates)))
+
+    result = collect(experiment, pieces)
+    split = result["runs"]["onpolicy-s0"]["by_training"]["train"]
+    trained, rest = split["trained"], split["not_trained"]  # p0, p1, p2 (functions f, g) against p3, p4
+    assert (trained["puzzles"], trained["before"], trained["after"], trained["improved"]) == (3, 0.25, 0.5, 2)
+    assert (rest["puzzles"], rest["before"], rest["after"], rest["improved"]) == (2, 0.375, 0.5, 1)
+    made = result["evaluated"]["made"]["by_training"]["train"]  # what its export.json says it trained on: h
+    assert (made["trained"]["puzzles"], made["trained"]["change"]) == (1, 0.25)
+    assert (made["not_trained"]["puzzles"], made["not_trained"]["change"]) == (4, 0.0)
+    soup = result["evaluated"]["soupy"]["by_training"]["train"]  # its run's: f and g, as the run's own
+    assert (soup["trained"]["puzzles"], soup["not_trained"]["puzzles"], soup["not_trained"]["change"]) == (3, 2, 0.0)
+    assert "| onpolicy-s0 | train | not trained | 2 | 37.5 | 50.0 | +12.5 [" in markdown(result)
+    (adapter / "export.json").write_text(json.dumps({"trained_on": None}))  # exported before it was recorded
+    assert collect(experiment, pieces)["evaluated"]["made"]["by_training"] == {}
 
 
 # ----------------------------------------------------------------------------------- end to end

@@ -14,6 +14,7 @@ from mlx.utils import tree_flatten
 import mlx_swe_rl.rl.export as export_module
 from mlx_swe_rl.cli.app import main
 from mlx_swe_rl.models.gguf import read_gguf_metadata
+from mlx_swe_rl.puzzles.format import load_puzzles
 from mlx_swe_rl.rl.config import load_config
 from mlx_swe_rl.rl.export import ExportError, export_run
 from mlx_swe_rl.rl.trainer import train
@@ -204,6 +205,10 @@ def test_adapter_only_writes_a_small_checked_adapter_that_loads_as_the_run_does(
     assert (out / "adapters.safetensors").stat().st_size < 0.6 * (lora_run / "adapters.safetensors").stat().st_size
     record = json.loads((out / "export.json").read_text())
     assert record["ok"] and record["adapter_dtype"] == "float16" and record["fused_layers"] == 0
+    sampled = {json.loads(line)["puzzle_id"] for line in (lora_run / "rollouts.jsonl").read_text().splitlines()}
+    entry = {p.id: p.entry_point for p in load_puzzles(None, ["easy"])}
+    assert record["trained_on"] == {"steps": 3, "puzzles": sorted(sampled),  # what the adapter has seen
+                                    "functions": sorted({entry[i] for i in sampled})}
     model, _ = load(str(tiny_model_dir), adapter_path=str(out))
     assert any("lora_a" in name for name, _ in tree_flatten(model.parameters()))
 

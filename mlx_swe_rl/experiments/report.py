@@ -17,11 +17,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE
+from ..puzzles.format import PuzzleError
+from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError
 from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
 from .pieces import EvalPiece, Piece, RunPiece
-from .spec import Experiment, Pair
+from .spec import Experiment, Pair, Variant
 
 # per step, per run: what was learned, what could teach, and what each phase cost
 CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "sample_s", "reference_s",
@@ -57,14 +58,12 @@ def answers(piece: EvalPiece, report: dict[str, Any]) -> dict[str, Any] | None:
     their edits were against the fix's (rewards.edit_sizes, under `edit`); None when the set's
     puzzles cannot be read any more (a data file removed)."""
     from ..env.rewards import answer_kind_shares, edit_sizes
-    from ..puzzles.format import PuzzleError
-    from ..puzzles.trainset import TrainSetError
 
     try:
         puzzles = {p.id: p for p in piece.puzzles()}
     except (PuzzleError, TrainSetError, OSError):
         return None
-    rows = [r for r in report["puzzles"] if r["id"] in puzzles]
+    rows = [r for r in report["puzzles"] if r["id"] in puzzles and r.get("completions")]
     return {**answer_kind_shares(rows, puzzles), "edit": edit_sizes(rows, puzzles)} if rows else None
 
 
@@ -89,6 +88,53 @@ def visits(run_dir: Path) -> dict[str, list[list[int]]]:
         count[1] += 1
     return {puzzle: [[step, *count] for step, count in sorted(by_step.items())]
             for puzzle, by_step in sorted(counts.items())}
+
+
+def only(report: dict[str, Any], ids: set[str]) -> dict[str, Any]:
+    return {**report, "puzzles": [r for r in report["puzzles"] if r["id"] in ids]}
+
+
+def by_training(entry: dict[str, Any], model: str, functions: list[str] | None, pieces: list[Piece],
+                reports: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Split each set's paired change by what `model` trained on (`functions`: their entry points,
+    rundir.trained_on): puzzles of a function it was trained on (the puzzle itself, or another bug
+    in the same function) and the rest, which alone say whether what it learned carries over.
+    Filled only where a set has both."""
+    if not functions:
+        return
+    trained = set(functions)
+    for piece in pieces:
+        if not (isinstance(piece, EvalPiece) and piece.model == model and piece.set_name in entry["change"]):
+            continue
+        try:
+            names = {p.id: p.entry_point for p in piece.puzzles()}
+        except (PuzzleError, TrainSetError, OSError):
+            continue
+        before, after = load_report(piece.baseline), reports[(model, piece.set_name)]
+        seen = {r["id"] for r in after["puzzles"] if names.get(r["id"]) in trained}
+        unseen = {r["id"] for r in after["puzzles"]} - seen
+        if seen and unseen:
+            entry["by_training"][piece.set_name] = {
+                part: compare_reports(only(before, ids), only(after, ids))["all"]
+                for part, ids in (("trained", seen), ("not_trained", unseen))}
+
+
+def variant_trained_on(variant: Variant) -> list[str] | None:
+    """The functions an evaluation-only variant's adapter had trained on: a soup's, its run's; an
+    exported adapter's, as its export.json records them; None when unknown (no adapter)."""
+    from ..rl.export import EXPORT_FILE, ExportError, run_config
+    from ..rl.rundir import trained_on
+
+    if variant.adapter is None:
+        return None
+    if variant.soup:
+        try:
+            seen = trained_on(variant.adapter, run_config(variant.adapter))
+        except ExportError:  # the run is not there (yet)
+            return None
+    else:
+        seen = (load_report(variant.adapter / EXPORT_FILE) or {}).get("trained_on")
+    return seen["functions"] if seen else None
 
 
 def mean(values: list[float]) -> float:
@@ -117,7 +163,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {k: [h.get(k) for h in history] for k in CURVES},
             "calibration": calibration_entry(piece.run_dir), "visits": visits(piece.run_dir),
-            "change": {}, "puzzles": {}}
+            "change": {}, "puzzles": {}, "by_training": {}}
 
 
 def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
@@ -136,6 +182,8 @@ def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
 
 def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     """Every number the report shows, from the files on disk (pieces not done yet are left out)."""
+    from ..rl.rundir import trained_on
+
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
@@ -153,12 +201,15 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
                                                    "puzzles": len(report["puzzles"])})
     for name, run in runs.items():
         result["runs"][name] = entry = run_entry(run)
-        paired(entry, name, pieces, reports)
+        if paired(entry, name, pieces, reports):
+            seen = trained_on(run.run_dir, run.config)
+            by_training(entry, name, seen["functions"] if seen else None, pieces, reports)
     for variant in (v for v in experiment.variants.values() if not v.trains):
         entry = {"variant": variant.name, "adapter": str(variant.adapter) if variant.adapter else None,
-                 "overrides": variant.overrides, "change": {}, "puzzles": {}}
+                 "overrides": variant.overrides, "change": {}, "puzzles": {}, "by_training": {}}
         if paired(entry, variant.name, pieces, reports):
             result["evaluated"][variant.name] = entry
+            by_training(entry, variant.name, variant_trained_on(variant), pieces, reports)
     for variant in experiment.variants:
         for set_name in experiment.sets:
             by_seed = {r["seed"]: r["change"][set_name] for r in result["runs"].values()
@@ -223,6 +274,16 @@ def markdown(result: dict[str, Any]) -> str:
         for s, c in entry["change"].items():
             lines.append(f"| {run} | {s} ({c['puzzles']}) | {sets[s]['samples']} | {points(c['before'])} | "
                          f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
+    split = [(run, s, part, c) for run, entry in {**result["runs"], **result["evaluated"]}.items()
+             for s, parts in entry.get("by_training", {}).items() for part, c in parts.items()]
+    if split:
+        lines += ["", "## The same change, split by what the model trained on (a function trained on: the puzzle "
+                  "itself, or another bug in the same function)", "",
+                  "| run | set | functions | puzzles | before | after | change [95% CI] | up / down |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {run} | {s} | {part.replace('_', ' ')} | {c['puzzles']} | {points(c['before'])} | "
+                  f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |"
+                  for run, s, part, c in split]
     for title, rows in (("Per setting: the mean over seeds", result["variants"]),
                         ("Variant minus variant, paired per seed", result["pairs"])):
         if not rows:

@@ -391,13 +391,16 @@ def write_gguf(out: Path, weights: dict[str, Any], config: dict[str, Any], path:
 
 
 def write_record(out: Path, run_dir: Path, cfg: Config, dtype: str, result: ExportResult) -> None:
-    """export.json in the exported directory: the run, the base model and the checks."""
+    """export.json in the exported directory: the run, what it had trained on (rundir.trained_on),
+    the base model and the checks."""
     from ..models import fastmath
     from ..runfiles import run_metadata, write_json_atomic
+    from .rundir import trained_on
 
     write_json_atomic(out / EXPORT_FILE, {
         "meta": run_metadata(cfg.model.spec, run_dir, dtype, fastmath.patched()),
-        "run_dir": str(run_dir.resolve()), "mode": result.mode, "fused_layers": result.fused_layers,
+        "run_dir": str(run_dir.resolve()), "trained_on": trained_on(run_dir, cfg),
+        "mode": result.mode, "fused_layers": result.fused_layers,
         "adapter_dtype": result.adapter_dtype,
         "seconds": result.seconds, "gguf": str(result.gguf) if result.gguf else None,
         "gguf_seconds": result.gguf_seconds, "reference_seconds": result.reference_seconds,
