@@ -556,7 +556,7 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert run["curves"]["reward_mean"] == [0.1, 0.3] and run["curves"]["completion_len"] == [50.0, 40.0]
     assert run["curves"]["step_s"] == [30.0, 20.0] and run["curves"]["sample_s"] == [None, None]
     assert run["calibration"] == {"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
-                                  "train_set": ["p1", "p2"]}
+                                  "bands": {}, "train_set": ["p1", "p2"]}
     assert result["runs"]["onpolicy-s1"]["calibration"] is None
     assert run["visits"] == {"p1": [[1, 1, 2], [2, 0, 2]], "p2": [[1, 0, 2]], "p3": [[2, 2, 2]]}
     assert result["runs"]["onpolicy-s1"]["visits"] == {}
@@ -577,16 +577,21 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert rates.seconds(runs["onpolicy-s1"]) == 50.0  # 2 steps to go
 
 
+def write_puzzles(root: Path, puzzles: list[tuple[str, str, dict]]) -> Path:
+    """Easy puzzles (id, function name, other fields) in `root`, each adding one to its argument."""
+    (root / "easy").mkdir(parents=True)
+    for pid, name, more in puzzles:
+        write(root / "easy" / f"{pid}.yaml", {
+            "id": pid, "tier": "easy", "split": "train", "entry_point": name, "description": "Add one.",
+            "buggy": f"def {name}(x):\n    return x - 1\n", "oracle": f"def {name}(x):\n    return x + 1\n",
+            "tests": [f"assert {name}(1) == 2"], **more})
+    return root
+
+
 def test_the_change_is_split_by_the_functions_the_model_trained_on(tmp_path):
     """A run and an exported adapter, each evaluated on five puzzles: the puzzles of a function
     it trained on (p0 and p1 are two bugs in one function) against the rest."""
-    puzzles = tmp_path / "puzzles"
-    (puzzles / "easy").mkdir(parents=True)
-    for pid, name in (("p0", "f"), ("p1", "f"), ("p2", "g"), ("p3", "h"), ("p4", "k")):
-        write(puzzles / "easy" / f"{pid}.yaml", {
-            "id": pid, "tier": "easy", "split": "train", "entry_point": name, "description": "Add one.",
-            "buggy": f"def {name}(x):\n    return x - 1\n", "oracle": f"def {name}(x):\n    return x + 1\n",
-            "tests": [f"assert {name}(1) == 2"]})
+    puzzles = write_puzzles(tmp_path / "puzzles", [(f"p{i}", name, {}) for i, name in enumerate("ffghk")])
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "export.json").write_text(json.dumps({"trained_on": {"steps": 9, "puzzles": ["p3"],
@@ -624,6 +629,34 @@ def test_the_change_is_split_by_the_functions_the_model_trained_on(tmp_path):
     assert "| onpolicy-s0 | train | not trained | 2 | 37.5 | 50.0 | +12.5 [" in markdown(result)
     (adapter / "export.json").write_text(json.dumps({"trained_on": None}))  # exported before it was recorded
     assert collect(experiment, pieces)["evaluated"]["made"]["by_training"] == {}
+
+
+def test_the_calibration_is_counted_per_family_and_per_source(tmp_path):
+    """Where the learnable band lies in a pool forged from several sources (issue 53)."""
+    fields = {"a1": ("arith_op", "toolz"), "a2": ("arith_op", "six"), "c1": ("compare_op", "toolz"),
+              "c2": ("compare_op", "toolz")}
+    puzzles = write_puzzles(tmp_path / "puzzles", [
+        (pid, f"f_{pid}", {"family": family, "mutation": "x", "source": {"harvest": source}})
+        for pid, (family, source) in fields.items()])
+    data = small(tmp_path, overrides={"train.steps": 2, "puzzles.dir": str(puzzles), "puzzles.select": "mixed"},
+                 seeds=[0], variants={"kl": {}}, sets={"train": {"puzzles": str(puzzles)}})
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    pieces = plan_pieces(experiment)
+    run = next(p for p in pieces if isinstance(p, RunPiece))
+    run.run_dir.mkdir(parents=True)
+    categories = {"a1": "mixed", "a2": "all-solved", "c1": "mixed", "c2": "all-failed"}
+    (run.run_dir / "calibration.json").write_text(json.dumps({
+        "categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
+        "puzzles": [{"id": pid, "category": c} for pid, c in categories.items()]}))
+    result = collect(experiment, pieces)
+    assert result["runs"]["kl-s0"]["calibration"]["bands"] == {
+        "family": {"arith_op": {"mixed": 1, "all-solved": 1}, "compare_op": {"mixed": 1, "all-failed": 1}},
+        "source": {"six": {"all-solved": 1}, "toolz": {"mixed": 2, "all-failed": 1}}}
+    text = markdown(result)
+    assert "| toolz | 3 | 2 | 0 | 1 | 66.7% |" in text and "| six | 1 | 0 | 1 | 0 | 0.0% |" in text
+    a2 = puzzles / "easy" / "a2.yaml"  # one source left: by source says nothing that the categories do not
+    a2.write_text(a2.read_text().replace("harvest: six", "harvest: toolz"))
+    assert list(collect(experiment, pieces)["runs"]["kl-s0"]["calibration"]["bands"]) == ["family"]
 
 
 # ----------------------------------------------------------------------------------- end to end

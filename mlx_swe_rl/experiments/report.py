@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,34 @@ def answers(piece: EvalPiece, report: dict[str, Any]) -> dict[str, Any] | None:
     return {**answer_kind_shares(rows, puzzles), "edit": edit_sizes(rows, puzzles)} if rows else None
 
 
-def calibration_entry(run_dir: Path) -> dict[str, Any] | None:
+def calibration_entry(piece: RunPiece) -> dict[str, Any] | None:
     """How the run chose its puzzles, when it calibrated: the count per category (mixed, always
-    solved, never solved) and the puzzles it trained on."""
+    solved, never solved), the same per mutation family and per source (`bands`), and the
+    puzzles it trained on."""
+    run_dir = piece.run_dir
     report, chosen = load_report(run_dir / CALIBRATION_FILE), load_report(run_dir / TRAIN_SET_FILE)
     if report is None:
         return None
-    return {"categories": report["categories"],
+    return {"categories": report["categories"], "bands": bands(report, piece),
             "train_set": chosen["puzzles"] if chosen else None}
+
+
+def bands(report: dict[str, Any], piece: RunPiece) -> dict[str, dict[str, dict[str, int]]]:
+    """The calibration's categories counted per mutation family and per source (the harvest's
+    source; "this project" for puzzles written or forged here): where the learnable band lies.
+    A grouping with one group only says what `categories` says, and is left out."""
+    from ..rl.rundir import training_puzzles
+
+    try:
+        puzzles = {p.id: p for p in training_puzzles(piece.config)}
+    except (PuzzleError, TrainSetError, OSError):
+        return {}
+    groups: dict[str, dict[str, Counter]] = {"family": defaultdict(Counter), "source": defaultdict(Counter)}
+    for row in report["puzzles"]:
+        if (puzzle := puzzles.get(row["id"])) is not None:
+            groups["family"][puzzle.family or "hand-written"][row["category"]] += 1
+            groups["source"][str((puzzle.source or {}).get("harvest", "this project"))][row["category"]] += 1
+    return {key: {name: dict(count) for name, count in sorted(by.items())} for key, by in groups.items() if len(by) > 1}
 
 
 def visits(run_dir: Path) -> dict[str, list[list[int]]]:
@@ -162,7 +183,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {k: [h.get(k) for h in history] for k in CURVES},
-            "calibration": calibration_entry(piece.run_dir), "visits": visits(piece.run_dir),
+            "calibration": calibration_entry(piece), "visits": visits(piece.run_dir),
             "change": {}, "puzzles": {}, "by_training": {}}
 
 
@@ -340,6 +361,15 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [f"- {run}: " + ", ".join(f"{k} {n}" for k, n in c["categories"].items())
                   + (f"; trained on {len(c['train_set'])}: {ids_cell(c['train_set'])}" if c["train_set"] else "")
                   for run, c in calibrated.items()]
+        from ..rl.rollouts import ALL_FAILED, ALL_SOLVED, MIXED
+
+        for run, c in calibrated.items():
+            for key, by in c.get("bands", {}).items():
+                lines += ["", f"{run}, by {key}:", "", f"| {key} | puzzles | mixed (learnable) | all solved | "
+                          "all failed | mixed share |", "|---|---|---|---|---|---|"]
+                lines += [f"| {name} | {sum(n.values())} | {n.get(MIXED, 0)} | {n.get(ALL_SOLVED, 0)} | "
+                          f"{n.get(ALL_FAILED, 0)} | {points(n.get(MIXED, 0) / sum(n.values()))}% |"
+                          for name, n in by.items()]
     return "\n".join(lines) + "\n"
 
 
