@@ -605,8 +605,11 @@ def test_the_change_is_split_by_the_functions_the_model_trained_on(tmp_path):
     run = next(p for p in pieces if isinstance(p, RunPiece))
     run.run_dir.mkdir(parents=True)
     (run.run_dir / "history.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2)))
+    given_back, fixed = "def f(x):\n    return x - 1\n", "def g(x):\n    return x + 1\n"
     (run.run_dir / "rollouts.jsonl").write_text("".join(  # step 3's line: written by a step that never finished
-        json.dumps({"step": step, "puzzle_id": p, "solved": False}) + "\n" for step, p in ((1, "p1"), (2, "p2"), (3, "p3"))))
+        json.dumps({"step": step, "puzzle_id": p, "solved": solved, "code": code}) + "\n"
+        for step, p, code, solved in ((1, "p1", given_back, False), (1, "p1", None, False), (2, "p2", fixed, True),
+                                      (3, "p3", None, False))))
     (run.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(run.config)))
     for name in ("adapter_config.json", "adapters.safetensors"):  # what makes it a run to export.run_config
         (run.run_dir / name).write_text("{}")
@@ -617,6 +620,7 @@ def test_the_change_is_split_by_the_functions_the_model_trained_on(tmp_path):
         (tmp_path / "out" / f"eval-{model}-train.json").write_text(json.dumps(report(rates)))
 
     result = collect(experiment, pieces)
+    assert result["runs"]["onpolicy-s0"]["curves"]["unchanged"] == [0.5, 0.0]  # step 1: the buggy code, no answer
     split = result["runs"]["onpolicy-s0"]["by_training"]["train"]
     trained, rest = split["trained"], split["not_trained"]  # p0, p1, p2 (functions f, g) against p3, p4
     assert (trained["puzzles"], trained["before"], trained["after"], trained["improved"]) == (3, 0.25, 0.5, 2)

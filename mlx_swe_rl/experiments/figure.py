@@ -1,6 +1,7 @@
-"""The report's figure: reward, completion length and KL per step for every run (one colour per
-variant, one line style per seed), and every run's paired change from the base model per set
-with its 95% CI. Drawn from report.json's numbers only."""
+"""The report's figure: reward, completion length, KL and the share of answers that give the buggy
+code back per step for every run (one colour per variant, one line style per seed), and every
+run's paired change from the base model per set with its 95% CI. Drawn from report.json's
+numbers only."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ def draw(result: dict[str, Any], out: Path) -> Path:
 
     panels = (("reward_mean", "training reward (mean over the step's completions)", "reward"),
               ("completion_len", "mean completion length", "tokens"),
-              ("kl", "KL to the reference", "nats"))
-    fig, axes = plt.subplots(1, 4, figsize=(21, 4.4))
+              ("kl", "KL to the reference", "nats"),
+              ("unchanged", "answers that give the buggy code back", "share of completions"))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(26, 4.4))
     variants = list(dict.fromkeys(entry["variant"] for entry in result["runs"].values()))
     seeds = sorted({entry["seed"] for entry in result["runs"].values()})
     for run, entry in result["runs"].items():
@@ -26,7 +28,8 @@ def draw(result: dict[str, Any], out: Path) -> Path:
             steps, shown = recorded(entry["curves"][key])
             if not steps:
                 continue
-            ax.plot(steps, smooth(shown) if key == "reward_mean" else shown, style, color=colour, label=run,
+            noisy = key in ("reward_mean", "unchanged")  # shares of one step's 32 answers: smoothed
+            ax.plot(steps, smooth(shown) if noisy else shown, style, color=colour, label=run,
                     marker="o", markersize=3)  # markers: a one-step run still shows
     for ax, (key, title, unit) in zip(axes, panels):
         ax.set(title=title, xlabel="step", ylabel=unit)
@@ -35,7 +38,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
             ax.text(0.5, 0.5, "nothing recorded" + (" (grpo.beta 0 skips the KL)" if key == "kl" else ""),
                     ha="center", va="center", transform=ax.transAxes)
     axes[0].legend(fontsize=8)
-    _changes(axes[3], result, variants, seeds)
+    _changes(axes[-1], result, variants, seeds)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

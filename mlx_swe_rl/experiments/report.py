@@ -98,17 +98,36 @@ def bands(report: dict[str, Any], piece: RunPiece) -> dict[str, dict[str, dict[s
     return {key: {name: dict(count) for name, count in sorted(by.items())} for key, by in groups.items() if len(by) > 1}
 
 
-def visits(run_dir: Path) -> dict[str, list[list[int]]]:
+def visits(rollouts: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     """Each training puzzle's visits in step order, [step, solved, sampled] per step that sampled
-    it (from rollouts.jsonl; empty when the run has none)."""
-    path = run_dir / ROLLOUTS
+    it (from the run's rollouts.jsonl lines)."""
     counts: dict[str, dict[int, list[int]]] = {}
-    for line in read_jsonl(path) if path.is_file() else []:
+    for line in rollouts:
         count = counts.setdefault(line["puzzle_id"], {}).setdefault(line["step"], [0, 0])
         count[0] += bool(line["solved"])
         count[1] += 1
     return {puzzle: [[step, *count] for step, count in sorted(by_step.items())]
             for puzzle, by_step in sorted(counts.items())}
+
+
+def unchanged_shares(rollouts: list[dict[str, Any]], piece: RunPiece, steps: int) -> list[float | None]:
+    """Per step, the share of its completions that hand the buggy code back unchanged
+    (rewards.answer_kind): the answer that earns nothing and that repair training should wean
+    the model off. None for a step without lines, or all None when the puzzles cannot be read."""
+    from ..env.rewards import Completion, answer_kind
+    from ..rl.rundir import training_puzzles
+
+    try:
+        puzzles = {p.id: p for p in training_puzzles(piece.config)}
+    except (PuzzleError, TrainSetError, OSError):
+        return [None] * steps
+    counts = [[0, 0] for _ in range(steps)]
+    for line in rollouts:
+        if 1 <= line["step"] <= steps and (puzzle := puzzles.get(line["puzzle_id"])) is not None:
+            kind = answer_kind(Completion(puzzle, line.get("code"), None), line["solved"])
+            counts[line["step"] - 1][0] += kind == "buggy code unchanged"
+            counts[line["step"] - 1][1] += 1
+    return [unchanged / n if n else None for unchanged, n in counts]
 
 
 def only(report: dict[str, Any], ids: set[str]) -> dict[str, Any]:
@@ -176,14 +195,16 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
 
     history = read_history(piece.run_dir, missing_ok=True)
     wall = piece.run_dir / "wall_time.json"
+    rollouts = read_jsonl(piece.run_dir / ROLLOUTS) if (piece.run_dir / ROLLOUTS).is_file() else []
     return {"variant": piece.variant, "seed": piece.seed, "steps": len(history),
             "of_steps": piece.config.train.steps,
             "sampled_tokens": sum(sampled_tokens(h, piece.config) for h in history),
             "train_seconds": sum(h.get("step_s", 0.0) for h in history),
             "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
-            "curves": {k: [h.get(k) for h in history] for k in CURVES},
-            "calibration": calibration_entry(piece), "visits": visits(piece.run_dir),
+            "curves": {**{k: [h.get(k) for h in history] for k in CURVES},
+                       "unchanged": unchanged_shares(rollouts, piece, len(history))},
+            "calibration": calibration_entry(piece), "visits": visits(rollouts),
             "change": {}, "puzzles": {}, "by_training": {}}
 
 
