@@ -663,6 +663,36 @@ def test_the_calibration_is_counted_per_family_and_per_source(tmp_path):
     assert list(collect(experiment, pieces)["runs"]["kl-s0"]["calibration"]["bands"]) == ["family"]
 
 
+def test_the_report_holds_the_pools_funnel_per_source(tmp_path):
+    """A harvest data step (issue 53's pool): its harvest.json funnel and its forge.json counts."""
+    seeds, forged = tmp_path / "seeds", tmp_path / "forged"
+    data = small(tmp_path, data=[{"harvest": f"toolz six --out {seeds} --forge {forged}"}])
+    experiment = load(write(tmp_path / "exp.yaml", data), cli)
+    step = experiment.data[0]
+    assert step.outputs == (seeds, forged)  # done only when both are there
+    funnel = {"toolz": {"files": 16, "functions": 87, "kept": 19, "mutants_kept": 118},
+              "six": {"files": 1, "functions": 12, "kept": 0, "mutants_kept": 0}}
+    seeds.mkdir()
+    (seeds / "harvest.json").write_text(json.dumps({
+        "sources": {name: {"spec": name, "version": "1.0", "root": "/x", "licence": "MIT", "permissive": True,
+                           "funnel": counts} for name, counts in funnel.items()},
+        "total": {k: funnel["toolz"][k] + funnel["six"][k] for k in funnel["toolz"]}, "seconds": 9.0}))
+    assert collect(experiment, plan_pieces(experiment))["data"][step.line()] == {  # the forge not written yet
+        "harvest": {"sources": {name: {"licence": "MIT", "version": "1.0", "funnel": counts}
+                                for name, counts in funnel.items()},
+                    "total": {"files": 17, "functions": 99, "kept": 19, "mutants_kept": 118}, "seconds": 9.0}}
+    forged.mkdir()
+    (forged / "forge.json").write_text(json.dumps({
+        "settings": {}, "seeds": 19, "puzzles": 118, "splits": {"train": 90, "heldout": 28},
+        "seed_functions": {"train": 15, "heldout": 4}, "families": {"arith_op": {"kept": 118, "invalid": 2}}}))
+    result = collect(experiment, plan_pieces(experiment))
+    assert result["data"][step.line()]["forge"]["splits"] == {"train": 90, "heldout": 28}
+    text = markdown(result)
+    assert "| source | licence | version | files | functions | kept | mutants_kept |" in text
+    assert "| toolz | MIT | 1.0 | 16 | 87 | 19 | 118 |" in text and "| **all** | | | **17** | **99** |" in text
+    assert "118 puzzles from 19 seed functions: train 90 (15 functions), heldout 28 (4 functions)" in text
+
+
 # ----------------------------------------------------------------------------------- end to end
 def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, monkeypatch):
     """Two variants x two seeds x two sets, on SmolLM2-135M at tiny settings: two data steps, four

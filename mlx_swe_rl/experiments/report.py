@@ -22,12 +22,14 @@ from ..puzzles.format import PuzzleError
 from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError
 from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
-from .pieces import EvalPiece, Piece, RunPiece
+from .pieces import DataPiece, EvalPiece, Piece, RunPiece
 from .spec import Experiment, Pair, Variant
 
 # per step, per run: what was learned, what could teach, and what each phase cost
 CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "sample_s", "reference_s",
           "update_s", "step_s", "peak_memory_gb")
+# a harvest's funnel as the report shows it: where functions are lost between reading and puzzles
+FUNNEL = ("files", "functions", "self_contained", "unique", "doctests", "recorded", "kept", "mutants_kept")
 SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in the JSON)
 
 
@@ -177,6 +179,23 @@ def variant_trained_on(variant: Variant) -> list[str] | None:
     return seen["functions"] if seen else None
 
 
+def data_entry(piece: DataPiece) -> dict[str, Any]:
+    """What a data step's outputs say of themselves: a harvest's funnel per source (harvest.json:
+    licence, version and the count at each stage) and a forge's puzzles per split and family
+    (forge.json). Empty for steps that write neither."""
+    from ..forge import forge, harvest
+
+    entry: dict[str, Any] = {}
+    for out in piece.step.outputs:
+        if (record := load_report(out / harvest.SUMMARY_FILE) if out.is_dir() else None) is not None:
+            entry["harvest"] = {"sources": {name: {k: source[k] for k in ("licence", "version", "funnel")}
+                                            for name, source in record["sources"].items()},
+                                "total": record["total"], "seconds": record["seconds"]}
+        if (record := load_report(out / forge.SUMMARY_FILE) if out.is_dir() else None) is not None:
+            entry["forge"] = {k: record[k] for k in ("seeds", "puzzles", "splits", "seed_functions", "families")}
+    return entry
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
@@ -229,7 +248,8 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
-                              "variants": {}, "pairs": {}, "evaluated": {}, "answers": {}}
+                              "variants": {}, "pairs": {}, "evaluated": {}, "answers": {},
+                              "data": {p.name: e for p in pieces if isinstance(p, DataPiece) if (e := data_entry(p))}}
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
     for piece in (p for p in pieces if isinstance(p, EvalPiece)):
@@ -358,6 +378,22 @@ def markdown(result: dict[str, Any]) -> str:
                       "|---|---|---|---|---|---|"]
             lines += [f"| {model} | {s} | {e['answers']} | {e['answer_lines']:.1f} | {e['fix_lines']:.1f} | "
                       f"{points(e['larger_than_fix'])}% |" for model, s, e in edits]
+    for step, entry in result.get("data", {}).items():
+        lines += ["", f"## Data: `{step}`"]
+        if "harvest" in entry:
+            stages = [k for k in FUNNEL if k in entry["harvest"]["total"]]
+            lines += ["", "| source | licence | version | " + " | ".join(stages) + " |",
+                      "|---|---|---|" + "---:|" * len(stages)]
+            lines += [f"| {name} | {s['licence']} | {s['version']} | " + " | ".join(str(s["funnel"].get(k, 0))
+                                                                          for k in stages) + " |"
+                      for name, s in entry["harvest"]["sources"].items()]
+            lines.append("| **all** | | | " + " | ".join(f"**{entry['harvest']['total'][k]}**" for k in stages) + " |")
+        if "forge" in entry:
+            f = entry["forge"]
+            lines += ["", f"{f['puzzles']} puzzles from {f['seeds']} seed functions: "
+                      + ", ".join(f"{split} {n} ({f['seed_functions'].get(split, 0)} functions)"
+                                  for split, n in f["splits"].items())
+                      + "; kept per family: " + ", ".join(f"{family} {c['kept']}" for family, c in f["families"].items())]
     lines += ["", "## Runs", "", "| run | steps | sampled tokens | training time | wall time | peak memory | "
               "reward, first -> last step |", "|---|---|---|---|---|---|---|"]
     for run, entry in result["runs"].items():

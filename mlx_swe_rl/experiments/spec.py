@@ -43,7 +43,7 @@ PAIR_KEYS = ("variant", "minus")
 # calibration (`mlx-swe-rl calibrate --write-train-set`, once named rollouts), each with the options
 # that name what it writes.
 DATA_COMMANDS: dict[str, tuple[str, ...]] = {
-    "forge": ("out",), "sample": ("out",), "calibrated": ("out",), "mine": ("out",), "harvest": ("out",),
+    "forge": ("out",), "sample": ("out",), "calibrated": ("out",), "mine": ("out",), "harvest": ("out", "forge_out"),
     "stubs": ("out",), "calibrate": ("out", "write_train_set"), "rollouts": ("out", "write_train_set")}
 TOP_LEVEL = ("calibrate", "rollouts")  # commands of `mlx-swe-rl` itself, not of `mlx-swe-rl puzzles`
 # A committed Python script is a data step too (data a command cannot make, e.g. a set drawn from
