@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..puzzles.format import PuzzleError
+from ..puzzles.format import Puzzle, PuzzleError
 from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError
 from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
 from ..rl.stats import compare_reports
@@ -70,28 +70,32 @@ def answers(piece: EvalPiece, report: dict[str, Any]) -> dict[str, Any] | None:
     return {**answer_kind_shares(rows, puzzles), "edit": edit_sizes(rows, puzzles)} if rows else None
 
 
-def calibration_entry(piece: RunPiece) -> dict[str, Any] | None:
-    """How the run chose its puzzles, when it calibrated: the count per category (mixed, always
-    solved, never solved), the same per mutation family and per source (`bands`), and the
-    puzzles it trained on."""
-    run_dir = piece.run_dir
-    report, chosen = load_report(run_dir / CALIBRATION_FILE), load_report(run_dir / TRAIN_SET_FILE)
-    if report is None:
-        return None
-    return {"categories": report["categories"], "bands": bands(report, piece),
-            "train_set": chosen["puzzles"] if chosen else None}
-
-
-def bands(report: dict[str, Any], piece: RunPiece) -> dict[str, dict[str, dict[str, int]]]:
-    """The calibration's categories counted per mutation family and per source (the harvest's
-    source; "this project" for puzzles written or forged here): where the learnable band lies.
-    A grouping with one group only says what `categories` says, and is left out."""
+def run_puzzles(piece: RunPiece) -> dict[str, Puzzle]:
+    """The run's training puzzles by id (its pool, before any calibration); empty when they
+    cannot be read any more (a data file removed)."""
     from ..rl.rundir import training_puzzles
 
     try:
-        puzzles = {p.id: p for p in training_puzzles(piece.config)}
+        return {p.id: p for p in training_puzzles(piece.config)}
     except (PuzzleError, TrainSetError, OSError):
         return {}
+
+
+def calibration_entry(run_dir: Path, puzzles: dict[str, Puzzle]) -> dict[str, Any] | None:
+    """How the run chose its puzzles, when it calibrated: the count per category (mixed, always
+    solved, never solved), the same per mutation family and per source (`bands`), and the
+    puzzles it trained on."""
+    report, chosen = load_report(run_dir / CALIBRATION_FILE), load_report(run_dir / TRAIN_SET_FILE)
+    if report is None:
+        return None
+    return {"categories": report["categories"], "bands": bands(report, puzzles),
+            "train_set": chosen["puzzles"] if chosen else None}
+
+
+def bands(report: dict[str, Any], puzzles: dict[str, Puzzle]) -> dict[str, dict[str, dict[str, int]]]:
+    """The calibration's categories counted per mutation family and per source (the harvest's
+    source; "this project" for puzzles written or forged here): where the learnable band lies.
+    A grouping with one group only says what `categories` says, and is left out."""
     groups: dict[str, dict[str, Counter]] = {"family": defaultdict(Counter), "source": defaultdict(Counter)}
     for row in report["puzzles"]:
         if (puzzle := puzzles.get(row["id"])) is not None:
@@ -112,17 +116,12 @@ def visits(rollouts: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
             for puzzle, by_step in sorted(counts.items())}
 
 
-def unchanged_shares(rollouts: list[dict[str, Any]], piece: RunPiece, steps: int) -> list[float | None]:
+def unchanged_shares(rollouts: list[dict[str, Any]], puzzles: dict[str, Puzzle], steps: int) -> list[float | None]:
     """Per step, the share of its completions that hand the buggy code back unchanged
     (rewards.answer_kind): the answer that earns nothing and that repair training should wean
-    the model off. None for a step without lines, or all None when the puzzles cannot be read."""
+    the model off. None for a step without a line of a puzzle in `puzzles`."""
     from ..env.rewards import Completion, answer_kind
-    from ..rl.rundir import training_puzzles
 
-    try:
-        puzzles = {p.id: p for p in training_puzzles(piece.config)}
-    except (PuzzleError, TrainSetError, OSError):
-        return [None] * steps
     counts = [[0, 0] for _ in range(steps)]
     for line in rollouts:
         if 1 <= line["step"] <= steps and (puzzle := puzzles.get(line["puzzle_id"])) is not None:
@@ -215,6 +214,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
     history = read_history(piece.run_dir, missing_ok=True)
     wall = piece.run_dir / "wall_time.json"
     rollouts = read_jsonl(piece.run_dir / ROLLOUTS) if (piece.run_dir / ROLLOUTS).is_file() else []
+    puzzles = run_puzzles(piece)
     return {"variant": piece.variant, "seed": piece.seed, "steps": len(history),
             "of_steps": piece.config.train.steps,
             "sampled_tokens": sum(sampled_tokens(h, piece.config) for h in history),
@@ -222,8 +222,8 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {**{k: [h.get(k) for h in history] for k in CURVES},
-                       "unchanged": unchanged_shares(rollouts, piece, len(history))},
-            "calibration": calibration_entry(piece), "visits": visits(rollouts),
+                       "unchanged": unchanged_shares(rollouts, puzzles, len(history))},
+            "calibration": calibration_entry(piece.run_dir, puzzles), "visits": visits(rollouts),
             "change": {}, "puzzles": {}, "by_training": {}}
 
 
@@ -384,16 +384,18 @@ def markdown(result: dict[str, Any]) -> str:
             stages = [k for k in FUNNEL if k in entry["harvest"]["total"]]
             lines += ["", "| source | licence | version | " + " | ".join(stages) + " |",
                       "|---|---|---|" + "---:|" * len(stages)]
-            lines += [f"| {name} | {s['licence']} | {s['version']} | " + " | ".join(str(s["funnel"].get(k, 0))
-                                                                          for k in stages) + " |"
+            lines += [f"| {name} | {s['licence']} | {s['version']} | "
+                      + " | ".join(str(s["funnel"].get(k, 0)) for k in stages) + " |"
                       for name, s in entry["harvest"]["sources"].items()]
-            lines.append("| **all** | | | " + " | ".join(f"**{entry['harvest']['total'][k]}**" for k in stages) + " |")
+            total = entry["harvest"]["total"]
+            lines.append("| **all** | | | " + " | ".join(f"**{total[k]}**" for k in stages) + " |")
         if "forge" in entry:
             f = entry["forge"]
             lines += ["", f"{f['puzzles']} puzzles from {f['seeds']} seed functions: "
                       + ", ".join(f"{split} {n} ({f['seed_functions'].get(split, 0)} functions)"
                                   for split, n in f["splits"].items())
-                      + "; kept per family: " + ", ".join(f"{family} {c['kept']}" for family, c in f["families"].items())]
+                      + "; kept per family: "
+                      + ", ".join(f"{family} {c['kept']}" for family, c in f["families"].items())]
     lines += ["", "## Runs", "", "| run | steps | sampled tokens | training time | wall time | peak memory | "
               "reward, first -> last step |", "|---|---|---|---|---|---|---|"]
     for run, entry in result["runs"].items():
