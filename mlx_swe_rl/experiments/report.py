@@ -138,7 +138,7 @@ def only(report: dict[str, Any], ids: set[str]) -> dict[str, Any]:
 def by_training(entry: dict[str, Any], model: str, functions: list[str] | None, pieces: list[Piece],
                 reports: dict[tuple[str, str], dict[str, Any]]) -> None:
     """Split each set's paired change by what `model` trained on (`functions`: their entry points,
-    rundir.trained_on): puzzles of a function it was trained on (the puzzle itself, or another bug
+    rundir.sampled): puzzles of a function it was trained on (the puzzle itself, or another bug
     in the same function) and the rest, which alone say whether what it learned carries over.
     Filled only where a set has both."""
     if not functions:
@@ -208,7 +208,9 @@ def seed_mean(by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_entry(piece: RunPiece) -> dict[str, Any]:
-    """A run's curves and costs from its history.jsonl and wall_time.json."""
+    """A run's curves and costs from its history.jsonl and wall_time.json, and what it sampled
+    from rollouts.jsonl."""
+    from ..rl.rundir import sampled
     from ..rl.trainer import sampled_tokens
 
     history = read_history(piece.run_dir, missing_ok=True)
@@ -224,6 +226,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "curves": {**{k: [h.get(k) for h in history] for k in CURVES},
                        "unchanged": unchanged_shares(rollouts, puzzles, len(history))},
             "calibration": calibration_entry(piece.run_dir, puzzles), "visits": visits(rollouts),
+            "trained_on": sampled(rollouts, puzzles, len(history)) if rollouts and puzzles else None,
             "change": {}, "puzzles": {}, "by_training": {}}
 
 
@@ -243,8 +246,6 @@ def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
 
 def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     """Every number the report shows, from the files on disk (pieces not done yet are left out)."""
-    from ..rl.rundir import trained_on
-
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
@@ -264,8 +265,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     for name, run in runs.items():
         result["runs"][name] = entry = run_entry(run)
         if paired(entry, name, pieces, reports):
-            seen = trained_on(run.run_dir, run.config)
-            by_training(entry, name, seen["functions"] if seen else None, pieces, reports)
+            by_training(entry, name, (entry["trained_on"] or {}).get("functions"), pieces, reports)
     for variant in (v for v in experiment.variants.values() if not v.trains):
         entry = {"variant": variant.name, "adapter": str(variant.adapter) if variant.adapter else None,
                  "overrides": variant.overrides, "change": {}, "puzzles": {}, "by_training": {}}

@@ -180,23 +180,29 @@ def training_puzzles(cfg: Config) -> list[Puzzle]:
 
 def trained_on(run_dir: Path, cfg: Config, steps: int | None = None) -> dict[str, Any] | None:
     """What the run's weights had been trained on after `steps` (default: its last recorded
-    step): the training puzzles it sampled (rollouts.jsonl) and their functions (entry points),
-    so an evaluation can be split into the functions it saw and the rest. None without
-    rollouts, or when its training puzzles cannot be read any more."""
+    step), read from its rollouts.jsonl (`sampled`). None without rollouts, or when its training
+    puzzles cannot be read any more."""
     from ..puzzles.format import PuzzleError
     from ..puzzles.trainset import TrainSetError
     from ..runfiles import read_history, read_jsonl
 
     if not (run_dir / ROLLOUTS).is_file():
         return None
-    steps = len(read_history(run_dir, missing_ok=True)) if steps is None else steps
-    sampled = {r["puzzle_id"] for r in read_jsonl(run_dir / ROLLOUTS) if r["step"] <= steps}
     try:
-        functions = {p.id: p.entry_point for p in training_puzzles(cfg)}
+        puzzles = {p.id: p for p in training_puzzles(cfg)}
     except (PuzzleError, TrainSetError, OSError):
         return None
-    return {"steps": steps, "puzzles": sorted(sampled),
-            "functions": sorted({functions[i] for i in sampled if i in functions})}
+    steps = len(read_history(run_dir, missing_ok=True)) if steps is None else steps
+    return sampled(read_jsonl(run_dir / ROLLOUTS), puzzles, steps)
+
+
+def sampled(rollouts: list[dict[str, Any]], puzzles: dict[str, Puzzle], steps: int) -> dict[str, Any]:
+    """The training puzzles that rollouts.jsonl lines of steps 1 to `steps` sampled and their
+    functions (entry points, looked up in `puzzles`), so an evaluation can be split into the
+    functions the weights saw and the rest."""
+    ids = {r["puzzle_id"] for r in rollouts if r["step"] <= steps}
+    return {"steps": steps, "puzzles": sorted(ids),
+            "functions": sorted({puzzles[i].entry_point for i in ids if i in puzzles})}
 
 
 def eval_puzzles(cfg: Config, train: list[Puzzle]) -> list[Puzzle]:

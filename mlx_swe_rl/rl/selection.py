@@ -24,7 +24,6 @@ from ..runfiles import write_json_atomic
 from .rollouts import MIXED
 
 
-
 class SelectionError(RuntimeError):
     """No puzzle to train on, or a cache that cannot be used; the message is one line."""
 
