@@ -95,10 +95,14 @@ def every_other_puzzle_mixed(monkeypatch):
     """Score so that, with G=2 and puzzles in order, puzzles 0, 2, 4, ... get one solved and one
     failed completion and the others fail twice (a stand-in for a model that sometimes solves)."""
 
-    def fake_score(self, items):
+    order = {p.id: i for i, p in enumerate(load_puzzles(tiers=["easy"]))}
+    seen: dict[str, int] = {}
+
+    def fake_score(self, items):  # by puzzle and answer, however the answers are batched for scoring
         out = []
-        for i, (pid, text) in enumerate(items):
-            solved = i % 4 == 0
+        for pid, text in items:
+            solved = order[pid] % 2 == 0 and seen.get(pid, 0) == 0
+            seen[pid] = seen.get(pid, 0) + 1
             total = len(self.puzzles[pid].tests)
             out.append(Verdict(pid, float(solved), solved, "x = 1" if solved else None, None, {"tests": float(solved)},
                                passed=total if solved else 0, total=total))
@@ -274,3 +278,133 @@ def test_rounds_stop_mixed_puzzles_and_keep_every_category(tiny_model, rounds, b
     assert report["timing"]["completions"] == sum(r["samples"] for r in rows.values())
     assert 0 < report["timing"]["prefill_seconds"] < report["timing"]["sampling_seconds"]
     assert report["settings"]["rounds"] == rounds
+
+
+# ---------------------------------------------------------------------------------- the journal
+class Killed(Exception):
+    pass
+
+
+def scripted(rounds_of: dict[str, list[int]]):
+    puzzles = load_puzzles(tiers=["easy"])[:len(rounds_of)]
+    return puzzles, {p.id: script for p, script in zip(puzzles, rounds_of.values())}
+
+
+SCRIPTS = {"a": [1, 0, 1, 1], "b": [0, 0, 0, 0], "c": [0, 0, 1, 0], "d": [1, 1, 1, 1], "e": [0, 1, 0, 0],
+           "f": [1, 1, 0, 1]}
+
+
+def journal_calibration(tiny_model, puzzles, scripts, journal, batch_size=3):
+    from mlx_swe_rl.rl.calibration import calibrate
+
+    model, tokenizer = tiny_model
+    env = ScriptedEnv(scripts)
+    report = calibrate(model, tokenizer, env, puzzles, SamplingPlan(4, 0.8, 4, batch_size=batch_size), rounds=2,
+                       progress=False, journal=journal)
+    return report, env
+
+
+def test_a_journal_changes_nothing_an_uninterrupted_calibration_draws(tiny_model, tmp_path):
+    from mlx_swe_rl.rl.calibration import calibrate
+    from mlx_swe_rl.rl.journal import Journal
+
+    puzzles, scripts = scripted(SCRIPTS)
+    model, tokenizer = tiny_model
+    plain = calibrate(model, tokenizer, ScriptedEnv(scripts), puzzles, SamplingPlan(4, 0.8, 4, batch_size=3),
+                      rounds=2, progress=False)
+    journal = Journal.open(tmp_path / "c.journal.jsonl", {"puzzles": [p.id for p in puzzles]})
+    journalled, _ = journal_calibration(tiny_model, puzzles, scripts, journal)
+    assert journalled["puzzles"] == plain["puzzles"] and journalled["settings"] == plain["settings"]
+    assert "earlier_sessions" not in journalled["timing"]
+    lines = [json.loads(line) for line in journal.path.read_text().splitlines()]
+    assert [next(iter(line)) for line in lines] == ["header", "session"] + ["row"] * len(puzzles)
+    assert sorted(line["row"]["id"] for line in lines[2:]) == sorted(p.id for p in puzzles)
+    journal.close()
+    assert not journal.path.exists()
+
+
+def test_a_killed_calibration_resumes_from_its_journal(tiny_model, tmp_path):
+    from mlx_swe_rl.rl.journal import Journal, progress
+
+    puzzles, scripts = scripted(SCRIPTS)
+    path, header = tmp_path / "c.journal.jsonl", {"model": "tiny", "puzzles": [p.id for p in puzzles]}
+    first = Journal.open(path, header)
+    add = first.add
+
+    def add_then_die(row):
+        add(row)
+        if len(first.rows) == 3:
+            raise Killed
+    first.add = add_then_die
+    with pytest.raises(Killed):
+        journal_calibration(tiny_model, puzzles, scripts, first)
+    kept = dict(first.rows)
+    assert progress(path) == (3, len(puzzles))
+
+    again = Journal.open(path, header)
+    assert again.rows == kept and len(again.earlier) == 1 and again.earlier[0]["puzzles"] == 3
+    report, env = journal_calibration(tiny_model, puzzles, scripts, again)
+    # the finished puzzles are taken from the journal, never sampled again; the others are, from their start
+    assert all(env.scored[pid] == 0 for pid in kept)
+    rows = {row["id"]: row for row in report["puzzles"]}
+    assert [row["id"] for row in report["puzzles"]] == [p.id for p in puzzles]
+    assert all(rows[pid] == row for pid, row in kept.items())
+    by_script = {name: rows[p.id]["category"] for name, p in zip(SCRIPTS, puzzles)}
+    assert by_script == {"a": MIXED, "b": ALL_FAILED, "c": MIXED, "d": ALL_SOLVED, "e": MIXED, "f": MIXED}
+    # the totals count both sessions: the earlier one's up to its last finished puzzle
+    timing = report["timing"]
+    assert timing["completions"] == sum(r["samples"] for r in rows.values())
+    assert timing["generated_tokens"] == sum(c["num_tokens"] for r in rows.values() for c in r["completions"])
+    assert timing["earlier_sessions"] == again.earlier and timing["sampling_seconds"] > again.earlier[0]["seconds"]
+    assert report["categories"] == {MIXED: 4, ALL_FAILED: 1, ALL_SOLVED: 1}
+
+
+def test_a_journal_finished_before_samples_nothing(tiny_model, tmp_path):
+    from mlx_swe_rl.rl.journal import Journal
+
+    puzzles, scripts = scripted(SCRIPTS)
+    header = {"puzzles": [p.id for p in puzzles]}
+    first, _ = journal_calibration(tiny_model, puzzles, scripts, Journal.open(tmp_path / "j.jsonl", header))
+    report, env = journal_calibration(tiny_model, puzzles, scripts, Journal.open(tmp_path / "j.jsonl", header))
+    assert sum(env.scored.values()) == 0 and report["puzzles"] == first["puzzles"]
+    assert report["timing"]["completions"] == first["timing"]["completions"]
+
+
+def test_a_journal_of_another_calibration_is_refused(tmp_path):
+    from mlx_swe_rl.rl.journal import Journal, JournalError
+
+    path = tmp_path / "c.journal.jsonl"
+    Journal.open(path, {"model": "a", "settings": {"rounds": 2}, "puzzles": ["x"]})
+    with pytest.raises(JournalError) as info:
+        Journal.open(path, {"model": "a", "settings": {"rounds": 4}, "puzzles": ["x"]})
+    assert str(path) in str(info.value) and "of other settings" in str(info.value) and "\n" not in str(info.value)
+    path.write_text("{not json\n{}\n")
+    with pytest.raises(JournalError, match="line 1 is not JSON"):
+        Journal.open(path, {"puzzles": ["x"]})
+
+
+def test_a_line_cut_off_by_the_kill_is_dropped(tmp_path):
+    from mlx_swe_rl.rl.journal import Journal
+
+    path, header = tmp_path / "c.journal.jsonl", {"puzzles": ["x", "y"]}
+    journal = Journal.open(path, header)
+    journal.add({"id": "x", "completions": [{"num_tokens": 3}]})
+    journal.add({"id": "y", "completions": [{"num_tokens": 4}]})
+    path.write_text(path.read_text()[:-20])  # the kill came while "y" was written
+    again = Journal.open(path, header)
+    assert list(again.rows) == ["x"] and again.earlier == [
+        {"seconds": again.earlier[0]["seconds"], "puzzles": 1, "generated_tokens": 3, "completions": 1}]
+    assert all(json.loads(line) for line in path.read_text().splitlines())  # appended after whole lines
+
+
+def test_calibrate_command_resumes_and_refuses_another_journal(tiny_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "cal.json"
+    journal = tmp_path / "cal.journal.jsonl"
+    journal.write_text(json.dumps({"header": {"model": "another"}}) + "\n")
+    result = invoke(main, rollout_args(tiny_model_dir, out))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert str(journal) in result.output and "unfinished calibration of other" in result.output
+    journal.unlink()
+    result = invoke(main, rollout_args(tiny_model_dir, out))
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and not journal.exists()  # the report written, the journal gone

@@ -371,6 +371,11 @@ def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
     (runs["frozen-s0"].run_dir).mkdir(parents=True)
     (runs["frozen-s0"].run_dir / "config.yaml").write_text("{}\n")  # killed before any checkpoint
     assert [runs[n].state() for n in runs] == ["kept", "resumes after step 1 of 2", "resumes after step 0 of 2"]
+    from mlx_swe_rl.rl.journal import Journal
+
+    journal = Journal.open(runs["frozen-s0"].run_dir / "calibration.journal.jsonl", {"puzzles": ["a", "b", "c"]})
+    journal.add({"id": "b", "completions": []})  # killed while calibrating
+    assert runs["frozen-s0"].state() == "resumes its calibration (1 of 3 puzzles done)"
     with run_in_use(runs["onpolicy-s1"].run_dir):  # its trainer is still going (a background run)
         assert runs["onpolicy-s1"].state() == \
             f"training now (pid {os.getpid()} on {platform.node()}), step 1 of 2 saved"

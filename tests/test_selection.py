@@ -148,3 +148,48 @@ def test_the_quick_start_selects_its_puzzles_itself():
     assert selection.calibration_settings(cfg) == {"group_size": 8, "temperature": 0.8, "max_tokens": 192, "rounds": 4}
     evaluated = eval_puzzles(cfg, candidates)  # as before: every easy puzzle, train and held out
     assert len(evaluated) == 18 and {p.split for p in evaluated} == {"train", "heldout"}
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_run_killed_while_calibrating_resumes_its_calibration(tmp_path, tiny_model_dir, chosen, monkeypatch):
+    """Calibrating a large pool takes longer than a session: --resume calibrates only the puzzles
+    the killed run had not finished (its journal), and a new run starts over."""
+    from mlx_swe_rl.rl.journal import Journal, progress
+
+    cfg = mixed_cfg(tmp_path, tiny_model_dir, "killed", "train.steps=1")
+    journal = cfg.run_dir / "calibration.journal.jsonl"
+    add = Journal.add
+
+    def add_then_die(self, row):
+        add(self, row)
+        if len(self.rows) == 5:
+            raise Killed
+    monkeypatch.setattr(Journal, "add", add_then_die)
+    with pytest.raises(Killed):
+        train(cfg, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
+    assert progress(journal) == (5, 12) and not (cfg.run_dir / "calibration.json").exists()
+    done = {json.loads(line)["row"]["id"] for line in journal.read_text().splitlines()[2:]}
+
+    monkeypatch.setattr(Journal, "add", add)
+    calls = spy_calibrate(monkeypatch)
+    logs: list[str] = []
+    result = train(cfg, env=PuzzleEnv(chosen), progress=False, log=logs.append, resume=True)
+    assert calls[0]["kwargs"]["journal"].earlier[0]["puzzles"] == 5
+    assert any("12 puzzles" in line and "5 finished before, in calibration.journal.jsonl" in line for line in logs)
+    report = json.loads((cfg.run_dir / "calibration.json").read_text())
+    assert [r["id"] for r in report["puzzles"]] == [p.id for p in training_puzzles(cfg)]
+    assert {r["id"] for r in report["puzzles"] if r["id"] in done} == done
+    assert len(report["timing"]["earlier_sessions"]) == 1 and not journal.exists()
+    assert [h.step for h in result.history] == [1]
+
+    # the same run started again without --resume calibrates from the start
+    cfg2 = mixed_cfg(tmp_path, tiny_model_dir, "fresh", "train.steps=1")
+    monkeypatch.setattr(Journal, "add", add_then_die)
+    with pytest.raises(Killed):
+        train(cfg2, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
+    monkeypatch.setattr(Journal, "add", add)
+    train(cfg2, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
+    assert "earlier_sessions" not in json.loads((cfg2.run_dir / "calibration.json").read_text())["timing"]

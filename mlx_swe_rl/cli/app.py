@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -114,7 +115,9 @@ def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Pat
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate as run_calibration
-    from ..rl.calibration import format_calibration
+    from ..rl.calibration import calibration_settings, format_calibration
+    from ..env.prompts import PromptStyle
+    from ..rl.journal import Journal, JournalError, journal_path
     from ..rl.config import SamplingPlan
     from ..puzzles.trainset import of_category, source_directory
     from ..puzzles.trainset import write_train_set as save_train_set
@@ -130,8 +133,19 @@ def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Pat
     puzzles = select_puzzles(puzzle_dir, tiers, split)
     plan = SamplingPlan(group_size, temperature, max_tokens, seed=seed, batch_size=batch_size,
                         stop_after_answer=not full_completions, max_turns=turns)
+    journal = None
+    if turns == 1:  # a killed calibration resumes from its journal (multi-turn ones are one batch)
+        header = {"model": model_spec, "adapter": adapter and str(adapter), "dtype": dtype, "format": answer_format,
+                  "prompt": dataclasses.asdict(style or PromptStyle()), "settings": calibration_settings(plan, rounds=rounds),
+                  "puzzles": [p.id for p in puzzles]}
+        try:
+            journal = Journal.open(journal_path(out), header)
+        except JournalError as exc:
+            fail(str(exc))
+        if journal.rows:
+            click.echo(f"resuming: {len(journal.rows)} of {len(puzzles)} puzzles finished before ({journal.path})")
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: run_calibration(
-        model, tokenizer, env, puzzles, plan, rounds=rounds), answer_format, test_split, style)
+        model, tokenizer, env, puzzles, plan, rounds=rounds, journal=journal), answer_format, test_split, style)
     click.echo(format_calibration(report))
     write_json_atomic(out, report)
     click.echo(f"wrote {out}")
@@ -144,6 +158,8 @@ def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Pat
                        {"model": model_spec, "group_size": group_size, "temperature": temperature,
                         "seed": seed, "rollouts": str(out)})
         click.echo(f"wrote {write_train_set} ({len(mixed)} mixed puzzles)")
+    if journal:
+        journal.close()
 
 
 @main.command()

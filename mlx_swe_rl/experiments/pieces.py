@@ -72,6 +72,13 @@ class RunPiece:
 
         return is_finished(self.config)
 
+    def calibrated(self) -> tuple[int, int] | None:
+        """(puzzles done, puzzles in all) of its unfinished calibration, or None."""
+        from ..puzzles.trainset import CALIBRATION_FILE
+        from ..rl.journal import journal_path, progress
+
+        return progress(journal_path(self.run_dir / CALIBRATION_FILE))
+
     def holder(self) -> str | None:
         """Who trains the run now ("pid N on HOST"), or None."""
         from ..runfiles import run_holder
@@ -84,6 +91,8 @@ class RunPiece:
         if holder := self.holder():
             return f"training now ({holder}), step {self.steps_saved()} of {self.config.train.steps} saved"
         if self.started():
+            if calibrated := self.calibrated():
+                return f"resumes its calibration ({calibrated[0]} of {calibrated[1]} puzzles done)"
             return f"resumes after step {self.steps_saved()} of {self.config.train.steps}"
         return f"to train ({self.config.train.steps} steps)"
 

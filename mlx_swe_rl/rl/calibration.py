@@ -8,20 +8,30 @@ puzzle and records the advantages GRPO would compute.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 
 from ..env.codefix import CodeFixEnv
 from .grpo import group_advantages
 from ..puzzles.format import Puzzle
+from ..models.sampling import SampleStats
 from .config import SamplingPlan
+from .journal import Journal
 from .rollouts import (END, JOIN, MIXED, WAIT, Decision, Driver, Episode, LiveEpisode, category, collect_rollouts,
                        decide_once, plan_driver)
 
 
+def calibration_settings(plan: SamplingPlan, advantage: str = "std", rounds: int = 1) -> dict[str, Any]:
+    """The settings a calibration report (and its journal's header) records."""
+    return {"group_size": plan.group_size, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
+            "seed": plan.seed, "advantage": advantage, "rounds": rounds,
+            "stop_after_answer": plan.stop_after_answer, **({"turns": plan.max_turns} if plan.max_turns > 1 else {})}
+
+
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
-              advantage: str = "std", rounds: int = 1, progress: bool = True) -> dict[str, Any]:
+              advantage: str = "std", rounds: int = 1, progress: bool = True,
+              journal: Journal | None = None) -> dict[str, Any]:
     """Sample G (`plan.group_size`) completions per puzzle and report solve rate, category and
     advantages.
 
@@ -32,27 +42,42 @@ def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle]
     continuous batch: a puzzle's next round joins as soon as its last one is finished and
     scored, while other puzzles decode, so no round waits for the slowest completion of all.
 
+    `journal` (single-turn): each puzzle's row is recorded there as soon as the puzzle is
+    decided, and the puzzles it already holds are not sampled again (`rl.journal`).
+
     `plan.max_turns` > 1 (an env with a test split) calibrates multi-turn episodes: a puzzle is
     mixed when some of its G episodes end solved and some do not (one round only).
     """
     group_size, turns = plan.group_size, plan.max_turns
-    settings = {"group_size": group_size, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
-                "seed": plan.seed, "advantage": advantage, "rounds": rounds,
-                "stop_after_answer": plan.stop_after_answer, **({"turns": turns} if turns > 1 else {})}
+    settings = calibration_settings(plan, advantage, rounds)
     if turns > 1:
         if rounds > 1:
             raise ValueError("calibration rounds need single-turn episodes (turns 1)")
         batch = collect_rollouts(model, tokenizer, env, puzzles, plan, progress=progress, desc="rollouts")
-        outcomes = {p.id: group for p, group in zip(puzzles, batch.groups)}
-        return _report(puzzles, outcomes, batch.stats, advantage, settings)
+        rows = [_row(p, group, advantage) for p, group in zip(puzzles, batch.groups)]
+        return _report(rows, batch.stats, settings)
     per_round = -(-group_size // min(rounds, group_size))  # ceil: every puzzle gets G in at most `rounds`
     sizes = [min(per_round, group_size - start) for start in range(0, group_size, per_round)]
-    driver = plan_driver(model, tokenizer, env, puzzles, plan, progress, "rollouts")
-    policy = Rounds(sizes)
-    policy.open(driver)
-    stats = driver.run(policy)
-    outcomes = {p.id: [live.episode(p.id, 0.0) for live in policy.answers(i)] for i, p in enumerate(puzzles)}
-    return _report(puzzles, outcomes, stats, advantage, settings)
+    done = journal.rows if journal else {}
+    todo = [p for p in puzzles if p.id not in done]
+    rows = dict(done)
+    stats = SampleStats()
+    if todo:
+        def row(i: int) -> dict[str, Any]:
+            return _row(todo[i], [live.episode(todo[i].id, 0.0) for live in policy.answers(i)], advantage)
+
+        def decided(i: int) -> None:
+            rows[todo[i].id] = row(i)
+            journal.add(rows[todo[i].id])
+
+        driver = plan_driver(model, tokenizer, env, todo, plan, progress, "rollouts")
+        policy = Rounds(sizes, decided if journal else None)
+        policy.open(driver)
+        stats = driver.run(policy)
+        for i, p in enumerate(todo):
+            if p.id not in rows:  # without a journal, every row is made here, at the end
+                rows[p.id] = row(i)
+    return _report([rows[p.id] for p in puzzles], stats, settings, journal.earlier if journal else [])
 
 
 class Rounds:
@@ -61,8 +86,9 @@ class Rounds:
     otherwise. Entry e is round e % R of puzzle e // R, queued puzzle-major (a puzzle's later
     rounds take free slots before new puzzles start, so few prompt caches are alive at once)."""
 
-    def __init__(self, sizes: list[int]):
+    def __init__(self, sizes: list[int], decided: Callable[[int], None] | None = None):
         self.sizes, self.n_rounds = sizes, len(sizes)
+        self.on_decided = decided  # told each puzzle's index once its answers are final and scored
         self.finished: dict[int, list[LiveEpisode]] = {}  # by entry, in the order they finished
         self.decided: dict[int, Decision] = {}  # by entry: its held answers all go the same way
 
@@ -78,7 +104,13 @@ class Rounds:
         return [live for r in range(self.n_rounds) for live in self.finished[p * self.n_rounds + r]]
 
     def answered(self, driver: Driver, live: LiveEpisode) -> None:
-        self.finished[live.tag].append(live)
+        e = live.tag
+        self.finished[e].append(live)
+        last = e % self.n_rounds == self.n_rounds - 1
+        if self.on_decided and last and len(self.finished[e]) == self.sizes[-1]:
+            for answer in self.finished[e]:
+                driver.verdict(answer)  # scoring sooner than the end changes no sample: the engine never waits on it
+            self.on_decided(e // self.n_rounds)
 
     def decide(self, driver: Driver, live: LiveEpisode) -> Decision | None:
         return decide_once(self.decided, live.tag, lambda: self._gate(driver, live.tag))
@@ -93,31 +125,42 @@ class Rounds:
             driver.verdict(live)
         p = e // self.n_rounds
         so_far = [live.episode(driver.puzzles[p].id, 0.0) for live in self.answers(p)]
-        return JOIN if category(so_far) != MIXED else END
+        if category(so_far) != MIXED:
+            return JOIN
+        if self.on_decided:
+            self.on_decided(p)
+        return END
 
 
-def _report(puzzles: list[Puzzle], outcomes: dict[str, list[Episode]], stats: Any, advantage: str,
-            settings: dict[str, Any]) -> dict[str, Any]:
-    """The calibration report: per puzzle its solve rate, category, rewards and advantages."""
-    rows = []
-    for puzzle in puzzles:
-        group = outcomes[puzzle.id]
-        advantages, _ = group_advantages(mx.array([[r.reward for r in group]]), advantage)
-        rows.append({
-            "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split,
-            "solved": sum(r.solved for r in group), "samples": len(group),
-            "solve_rate": sum(r.solved for r in group) / len(group),
-            "category": category(group),
-            "rewards": [r.reward for r in group],
-            "advantages": advantages[0].tolist(),
-            "completions": [r.record() for r in group],
-        })
+def _row(puzzle: Puzzle, group: list[Episode], advantage: str) -> dict[str, Any]:
+    """A puzzle's line of the report: its solve rate, category, rewards, advantages and answers."""
+    advantages, _ = group_advantages(mx.array([[r.reward for r in group]]), advantage)
+    return {
+        "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split,
+        "solved": sum(r.solved for r in group), "samples": len(group),
+        "solve_rate": sum(r.solved for r in group) / len(group),
+        "category": category(group),
+        "rewards": [r.reward for r in group],
+        "advantages": advantages[0].tolist(),
+        "completions": [r.record() for r in group],
+    }
+
+
+def _report(rows: list[dict[str, Any]], stats: SampleStats, settings: dict[str, Any],
+            earlier: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The calibration report: the rows in puzzle order, the sampling totals (this session's
+    `stats`, plus what `earlier` sessions of a resumed calibration spent on the puzzles they
+    finished) and the category counts."""
+    seconds = stats.seconds + sum(s["seconds"] for s in earlier)
+    tokens = stats.generated_tokens + sum(s["generated_tokens"] for s in earlier)
+    timing = {"sampling_seconds": seconds, "prefill_seconds": stats.prefill_seconds, "generated_tokens": tokens,
+              "tokens_per_second": tokens / seconds if seconds > 0 else 0.0, "peak_memory_gb": stats.peak_memory_gb,
+              "completions": stats.completions + sum(s["completions"] for s in earlier)}
+    if earlier:  # prefill and peak memory are this session's only
+        timing["earlier_sessions"] = list(earlier)
     return {
         "settings": settings,
-        "timing": {"sampling_seconds": stats.seconds, "prefill_seconds": stats.prefill_seconds,
-                   "generated_tokens": stats.generated_tokens,
-                   "tokens_per_second": stats.tokens_per_second, "peak_memory_gb": stats.peak_memory_gb,
-                   "completions": stats.completions},
+        "timing": timing,
         "categories": dict(Counter(row["category"] for row in rows)),
         "puzzles": rows,
     }

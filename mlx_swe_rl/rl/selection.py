@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from . import distributed as dist
 from .calibration import calibrate
+from .calibration import calibration_settings as report_settings
+from .journal import Journal, JournalError, journal_path
 from .config import Config
 from ..puzzles.format import Puzzle
 from ..puzzles.trainset import (CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError, load_train_set, of_category,
@@ -82,11 +84,22 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
         raise SelectionError(f"--resume: {run_dir} has a checkpoint but no {TRAIN_SET_FILE} from its calibration "
                              "(puzzles.select=mixed); restore it, or start a new run")
     settings = calibration_settings(cfg)
+    plan, rounds = cfg.calibration_sampling(), cfg.puzzles.calibration.rounds
+    path = journal_path(run_dir / CALIBRATION_FILE)
+    if not reuse:
+        path.unlink(missing_ok=True)  # a new run: an old run's unfinished calibration is not ours
+    header = {"model": cfg.model.spec, "settings": report_settings(plan, cfg.grpo.advantage, rounds),
+              "puzzles": [p.id for p in candidates]}
+    try:
+        journal = Journal.open(path, header)
+    except JournalError as exc:
+        raise SelectionError(str(exc)) from None
+    resumed = f"; {len(journal.rows)} finished before, in {path.name}" if journal.rows else ""
     log(f"calibrating {len(candidates)} puzzles with the initial weights (G={settings['group_size']}, "
-        f"T={settings['temperature']}, <= {settings['max_tokens']} tokens, {settings['rounds']} rounds)")
+        f"T={settings['temperature']}, <= {settings['max_tokens']} tokens, {settings['rounds']} rounds{resumed})")
     model.eval()
-    report = calibrate(model, tokenizer, env, candidates, cfg.calibration_sampling(), advantage=cfg.grpo.advantage,
-                       rounds=cfg.puzzles.calibration.rounds, progress=progress)
+    report = calibrate(model, tokenizer, env, candidates, plan, advantage=cfg.grpo.advantage, rounds=rounds,
+                       progress=progress, journal=journal)
     mixed = of_category(candidates, report, MIXED)
     write_json_atomic(run_dir / CALIBRATION_FILE, report)
     counts = ", ".join(f"{k} {report['categories'].get(k, 0)}" for k in ("mixed", "all-failed", "all-solved"))
@@ -95,6 +108,7 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
             (Path(cfg.puzzles.dir) if cfg.puzzles.dir else None)
         write_train_set(cached, mixed, directory, {"model": cfg.model.spec, **settings, "seed": cfg.seed,
                                                    "rollouts": CALIBRATION_FILE})
+    journal.close()
     log(f"calibration: {counts} of {len(candidates)} ({report['timing']['sampling_seconds']:.0f}s); training on the "
         f"{len(mixed)} mixed puzzles" + (f" ({cached})" if mixed else ""))
     return mixed
