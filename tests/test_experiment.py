@@ -478,7 +478,8 @@ def report(rates: list[float], samples: int = 4) -> dict:
              "completions": []} for i, r in enumerate(rates)]
     return {"settings": {"samples": samples, "temperature": 0.8, "max_tokens": 8, "seed": 0,
                          "stop_after_answer": True},
-            "timing": {"seconds": 2.0}, "totals": totals(rows, samples), "puzzles": rows}
+            "timing": {"seconds": 90.0, "generated_tokens": 30 * samples * len(rows), "truncated": 1},
+            "totals": totals(rows, samples), "puzzles": rows}
 
 
 def test_evaluation_only_variants_pair_with_each_other_and_with_every_seed(tmp_path):
@@ -567,7 +568,9 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert result["runs"]["onpolicy-s1"]["visits"] == {}
     assert result["runs"]["onpolicy-s0"]["puzzles"]["train"]["splits"] == {f"p{i}": "train" for i in range(4)}
     assert result["levels"]["base"]["train"] == overall(report(evals["base"]))
+    assert result["costs"]["base"]["train"] == {"answers": 16, "generated_tokens": 480, "truncated": 1, "seconds": 90.0}
     text = markdown(result)
+    assert "| onpolicy-s1 | train | 4 | 37.5 [" in text and "] | 16 | 480 | 30 | 1 | 1.5 |" in text
     assert "| onpolicy-s0 | train (4) | 4 | 37.5 | 62.5 | +25.0 [+25.0, +25.0] | 4 / 0 |" in text
     assert "| onpolicy | train | 2 | 37.5 | 50.0 | +12.5 |" in text
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
@@ -577,7 +580,7 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert "| onpolicy-s0 | p2 |" not in text  # one visit: nothing to compare
 
     rates = measure(pieces)  # the dry run's time estimate: rates of the pieces done
-    assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 2.0 / 16, 4)
+    assert (rates.step_s, rates.steps_seen, rates.completion_s, rates.evals_seen) == (25.0, 2, 90.0 / 16, 4)
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     assert rates.seconds(runs["onpolicy-s1"]) == 50.0  # 2 steps to go
 

@@ -43,6 +43,13 @@ def overall(report: dict[str, Any]) -> list[float]:
     return [row["pass@1"], *row["ci95"]]
 
 
+def cost(report: dict[str, Any]) -> dict[str, Any]:
+    """What an evaluation cost: its answers, their tokens, how many hit the token limit, its seconds."""
+    t = report["timing"]
+    return {"answers": sum(r["samples"] for r in report["puzzles"]), "generated_tokens": t["generated_tokens"],
+            "truncated": t["truncated"], "seconds": t["seconds"]}
+
+
 def puzzle_rows(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Each puzzle's avg@K before and after and its split (the seed's table), and the puzzles
     newly solved (no sample passed before, one does after) and lost (the other way round)."""
@@ -249,7 +256,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
     result: dict[str, Any] = {"experiment": str(experiment.path), "name": experiment.name,
                               "about": experiment.about, "base": str(experiment.base) if experiment.base else None,
                               "overrides": experiment.overrides, "sets": {}, "levels": {}, "runs": {},
-                              "variants": {}, "pairs": {}, "evaluated": {}, "answers": {},
+                              "variants": {}, "pairs": {}, "evaluated": {}, "answers": {}, "costs": {},
                               "data": {p.name: e for p in pieces if isinstance(p, DataPiece) if (e := data_entry(p))}}
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
     reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
@@ -259,6 +266,7 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
             continue
         reports[(piece.model, piece.set_name)] = report
         result["levels"].setdefault(piece.model, {})[piece.set_name] = overall(report)
+        result["costs"].setdefault(piece.model, {})[piece.set_name] = cost(report)
         result["answers"].setdefault(piece.model, {})[piece.set_name] = answers(piece, report)
         result["sets"].setdefault(piece.set_name, {"about": piece.eval_set.about, **report["settings"],
                                                    "puzzles": len(report["puzzles"])})
@@ -357,6 +365,16 @@ def markdown(result: dict[str, Any]) -> str:
                 per_seed = ", ".join(f"{seed_label(seed)} {change_cell(c)}" for seed, c in row["seeds"].items())
                 lines.append(f"| {label} | {s} | {row['runs']} | {points(row['before'])} | {points(row['after'])} | "
                              f"{100 * row['mean_change']:+.1f} | {per_seed} |")
+    evaluated = [(model, s, level, result["costs"][model][s]) for model, by_set in result["levels"].items()
+                 for s, level in by_set.items()]
+    if evaluated:
+        lines += ["", "## Every evaluation: avg@K (%, 95% bootstrap CI over puzzles) and what it cost", "",
+                  "| model | set | K | avg@K [95% CI] | answers | tokens | tokens per answer | at the token limit | "
+                  "minutes |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {model} | {s} | {sets[s]['samples']} | {points(level[0])} [{points(level[1])}, "
+                  f"{points(level[2])}] | {c['answers']} | {c['generated_tokens']:,} | "
+                  f"{c['generated_tokens'] / max(c['answers'], 1):.0f} | {c['truncated']} | "
+                  f"{c['seconds'] / 60:.1f} |" for model, s, level, c in evaluated]
     lines += ["", "## Puzzles newly solved and lost (no sample passed before / after)", "",
               "| run | set | newly solved | lost |", "|---|---|---|---|"]
     for run, entry in {**result["runs"], **result["evaluated"]}.items():
