@@ -478,7 +478,8 @@ def report(rates: list[float], samples: int = 4) -> dict:
              "completions": []} for i, r in enumerate(rates)]
     return {"settings": {"samples": samples, "temperature": 0.8, "max_tokens": 8, "seed": 0,
                          "stop_after_answer": True},
-            "timing": {"seconds": 90.0, "generated_tokens": 30 * samples * len(rows), "truncated": 1},
+            "timing": {"seconds": 90.0, "generated_tokens": 30 * samples * len(rows), "truncated": 1,
+                       "stopped": 2},
             "totals": totals(rows, samples), "puzzles": rows}
 
 
@@ -568,9 +569,10 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert result["runs"]["onpolicy-s1"]["visits"] == {}
     assert result["runs"]["onpolicy-s0"]["puzzles"]["train"]["splits"] == {f"p{i}": "train" for i in range(4)}
     assert result["levels"]["base"]["train"] == overall(report(evals["base"]))
-    assert result["costs"]["base"]["train"] == {"answers": 16, "generated_tokens": 480, "truncated": 1, "seconds": 90.0}
+    assert result["costs"]["base"]["train"] == {"answers": 16, "generated_tokens": 480, "truncated": 1, "stopped": 2,
+                                              "seconds": 90.0}
     text = markdown(result)
-    assert "| onpolicy-s1 | train | 4 | 37.5 [" in text and "] | 16 | 480 | 30 | 1 | 1.5 |" in text
+    assert "| onpolicy-s1 | train | 4 | 37.5 [" in text and "] | 16 | 480 | 30 | 1 | 2 | 1.5 |" in text
     assert "| onpolicy-s0 | train (4) | 4 | 37.5 | 62.5 | +25.0 [+25.0, +25.0] | 4 / 0 |" in text
     assert "| onpolicy | train | 2 | 37.5 | 50.0 | +12.5 |" in text
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text

@@ -44,10 +44,11 @@ def overall(report: dict[str, Any]) -> list[float]:
 
 
 def cost(report: dict[str, Any]) -> dict[str, Any]:
-    """What an evaluation cost: its answers, their tokens, how many hit the token limit, its seconds."""
+    """What an evaluation cost: its answers, their tokens, how many hit the token limit and how many
+    ended on the answer-end stop, its seconds."""
     t = report["timing"]
     return {"answers": sum(r["samples"] for r in report["puzzles"]), "generated_tokens": t["generated_tokens"],
-            "truncated": t["truncated"], "seconds": t["seconds"]}
+            "truncated": t["truncated"], "stopped": t["stopped"], "seconds": t["seconds"]}
 
 
 def puzzle_rows(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -370,10 +371,10 @@ def markdown(result: dict[str, Any]) -> str:
     if evaluated:
         lines += ["", "## Every evaluation: avg@K (%, 95% bootstrap CI over puzzles) and what it cost", "",
                   "| model | set | K | avg@K [95% CI] | answers | tokens | tokens per answer | at the token limit | "
-                  "minutes |", "|---|---|---|---|---|---|---|---|---|"]
+                  "at the answer's end | minutes |", "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {s} | {sets[s]['samples']} | {points(level[0])} [{points(level[1])}, "
                   f"{points(level[2])}] | {c['answers']} | {c['generated_tokens']:,} | "
-                  f"{c['generated_tokens'] / max(c['answers'], 1):.0f} | {c['truncated']} | "
+                  f"{c['generated_tokens'] / max(c['answers'], 1):.0f} | {c['truncated']} | {c['stopped']} | "
                   f"{c['seconds'] / 60:.1f} |" for model, s, level, c in evaluated]
     lines += ["", "## Puzzles newly solved and lost (no sample passed before / after)", "",
               "| run | set | newly solved | lost |", "|---|---|---|---|"]
