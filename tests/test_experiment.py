@@ -256,6 +256,20 @@ def test_evaluation_only_variants_and_script_steps(tmp_path):
     assert result["evaluated"]["full"]["puzzles"]["train"]["newly_solved"] == ["p0"]
     assert "narrow" not in result["evaluated"] and "full" not in result["runs"]
     assert "| full | train (4) | 4 | 37.5 | 43.8 | +6.2" in markdown(result)
+    assert result["evaluated"]["full"]["by_split"] == {}  # every puzzle of the set is a training one
+
+    # a set of both splits, evaluated at once: its change per split too
+    for model, rates in {"base": [0, .25, .5, .75], "full": [.25, .25, .5, 1.0]}.items():
+        evaluated = report(rates)
+        for row in evaluated["puzzles"][2:]:
+            row["split"] = "heldout"
+        (out / f"eval-{model}-train.json").write_text(json.dumps(evaluated))
+    result = collect(experiment, pieces)
+    parts = result["evaluated"]["full"]["by_split"]["train"]
+    assert list(parts) == ["heldout", "train"]
+    assert (parts["train"]["puzzles"], parts["train"]["before"], parts["train"]["after"]) == (2, 0.125, 0.25)
+    assert (parts["heldout"]["change"], parts["heldout"]["improved"], parts["heldout"]["worsened"]) == (0.125, 1, 0)
+    assert "| full | train | heldout | 2 | 62.5 | 75.0 | +12.5 [" in markdown(result)
 
 
 def test_a_soup_variant_evaluates_the_mean_of_a_runs_last_kept_adapters(tmp_path):

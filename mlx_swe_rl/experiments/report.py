@@ -163,9 +163,28 @@ def by_training(entry: dict[str, Any], model: str, functions: list[str] | None, 
         seen = {r["id"] for r in after["puzzles"] if names.get(r["id"]) in trained}
         unseen = {r["id"] for r in after["puzzles"]} - seen
         if seen and unseen:
-            entry["by_training"][piece.set_name] = {
-                part: compare_reports(only(before, ids), only(after, ids))["all"]
-                for part, ids in (("trained", seen), ("not_trained", unseen))}
+            entry["by_training"][piece.set_name] = parts_change(before, after, {"trained": seen, "not_trained": unseen})
+
+
+def by_split(entry: dict[str, Any], model: str, pieces: list[Piece],
+             reports: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Split each set's paired change by the puzzles' split (train / heldout), where a set has
+    more than one: one evaluation of all of them samples as it did before the split was read
+    (a sampled set drawn in two evaluations would draw other answers)."""
+    for piece in pieces:
+        if not (isinstance(piece, EvalPiece) and piece.model == model and piece.set_name in entry["change"]):
+            continue
+        after = reports[(model, piece.set_name)]
+        splits: dict[str, set[str]] = {}
+        for row in after["puzzles"]:
+            splits.setdefault(row.get("split") or "none", set()).add(row["id"])
+        if len(splits) > 1:
+            entry["by_split"][piece.set_name] = parts_change(load_report(piece.baseline), after, dict(sorted(splits.items())))
+
+
+def parts_change(before: dict[str, Any], after: dict[str, Any], parts: dict[str, set[str]]) -> dict[str, Any]:
+    """The paired change on each part of a set (puzzle ids by part)."""
+    return {part: compare_reports(only(before, ids), only(after, ids))["all"] for part, ids in parts.items()}
 
 
 def variant_trained_on(variant: Variant) -> list[str] | None:
@@ -235,7 +254,7 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
                        "unchanged": unchanged_shares(rollouts, puzzles, len(history))},
             "calibration": calibration_entry(piece.run_dir, puzzles), "visits": visits(rollouts),
             "trained_on": sampled(rollouts, puzzles, len(history)) if rollouts and puzzles else None,
-            "change": {}, "puzzles": {}, "by_training": {}}
+            "change": {}, "puzzles": {}, "by_training": {}, "by_split": {}}
 
 
 def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
@@ -275,12 +294,14 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
         result["runs"][name] = entry = run_entry(run)
         if paired(entry, name, pieces, reports):
             by_training(entry, name, (entry["trained_on"] or {}).get("functions"), pieces, reports)
+            by_split(entry, name, pieces, reports)
     for variant in (v for v in experiment.variants.values() if not v.trains):
         entry = {"variant": variant.name, "adapter": str(variant.adapter) if variant.adapter else None,
-                 "overrides": variant.overrides, "change": {}, "puzzles": {}, "by_training": {}}
+                 "overrides": variant.overrides, "change": {}, "puzzles": {}, "by_training": {}, "by_split": {}}
         if paired(entry, variant.name, pieces, reports):
             result["evaluated"][variant.name] = entry
             by_training(entry, variant.name, variant_trained_on(variant), pieces, reports)
+            by_split(entry, variant.name, pieces, reports)
     for variant in experiment.variants:
         for set_name in experiment.sets:
             by_seed = {r["seed"]: r["change"][set_name] for r in result["runs"].values()
@@ -345,16 +366,19 @@ def markdown(result: dict[str, Any]) -> str:
         for s, c in entry["change"].items():
             lines.append(f"| {run} | {s} ({c['puzzles']}) | {sets[s]['samples']} | {points(c['before'])} | "
                          f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |")
-    split = [(run, s, part, c) for run, entry in {**result["runs"], **result["evaluated"]}.items()
-             for s, parts in entry.get("by_training", {}).items() for part, c in parts.items()]
-    if split:
-        lines += ["", "## The same change, split by what the model trained on (a function trained on: the puzzle "
-                  "itself, or another bug in the same function)", "",
-                  "| run | set | functions | puzzles | before | after | change [95% CI] | up / down |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {run} | {s} | {part.replace('_', ' ')} | {c['puzzles']} | {points(c['before'])} | "
-                  f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |"
-                  for run, s, part, c in split]
+    for key, title, column in (
+            ("by_split", "The same change, per split of the set's puzzles", "split"),
+            ("by_training", "The same change, split by what the model trained on (a function trained on: the "
+             "puzzle itself, or another bug in the same function)", "functions")):
+        split = [(run, s, part, c) for run, entry in {**result["runs"], **result["evaluated"]}.items()
+                 for s, parts in entry.get(key, {}).items() for part, c in parts.items()]
+        if split:
+            lines += ["", f"## {title}", "",
+                      f"| run | set | {column} | puzzles | before | after | change [95% CI] | up / down |",
+                      "|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {run} | {s} | {part.replace('_', ' ')} | {c['puzzles']} | {points(c['before'])} | "
+                      f"{points(c['after'])} | {change_cell(c)} | {c['improved']} / {c['worsened']} |"
+                      for run, s, part, c in split]
     for title, rows in (("Per setting: the mean over seeds", result["variants"]),
                         ("Variant minus variant, paired per seed", result["pairs"])):
         if not rows:
