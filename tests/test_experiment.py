@@ -390,6 +390,8 @@ def test_kept_pieces_are_skipped_and_started_runs_resume(tmp_path):
     journal = Journal.open(runs["frozen-s0"].run_dir / "calibration.journal.jsonl", {"puzzles": ["a", "b", "c"]})
     journal.add({"id": "b", "completions": []})  # killed while calibrating
     assert runs["frozen-s0"].state() == "resumes its calibration (1 of 3 puzzles done)"
+    with run_in_use(runs["frozen-s0"].run_dir):
+        assert runs["frozen-s0"].state() == f"calibrating now (pid {os.getpid()} on {platform.node()}), 1 of 3 puzzles done"
     with run_in_use(runs["onpolicy-s1"].run_dir):  # its trainer is still going (a background run)
         assert runs["onpolicy-s1"].state() == \
             f"training now (pid {os.getpid()} on {platform.node()}), step 1 of 2 saved"

@@ -88,10 +88,13 @@ class RunPiece:
     def state(self) -> str:
         if self.done():
             return "kept"
+        calibrated = self.calibrated()
         if holder := self.holder():
+            if calibrated:
+                return f"calibrating now ({holder}), {calibrated[0]} of {calibrated[1]} puzzles done"
             return f"training now ({holder}), step {self.steps_saved()} of {self.config.train.steps} saved"
         if self.started():
-            if calibrated := self.calibrated():
+            if calibrated:
                 return f"resumes its calibration ({calibrated[0]} of {calibrated[1]} puzzles done)"
             return f"resumes after step {self.steps_saved()} of {self.config.train.steps}"
         return f"to train ({self.config.train.steps} steps)"
