@@ -592,6 +592,9 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     assert "| onpolicy-s0 | train (4) | 4 | 37.5 | 62.5 | +25.0 [+25.0, +25.0] | 4 / 0 |" in text
     assert "| onpolicy | train | 2 | 37.5 | 50.0 | +12.5 |" in text
     assert "| onpolicy-s1 | train | 1: p0 | 1: p3 |" in text
+    assert "| puzzle | split | base | onpolicy-s0 | onpolicy-s1 | frozen-s0 |" in text  # the seed's table
+    assert "| p0 | train | 0.0 | 25.0 new | 75.0 new | 0.0 |" in text
+    assert "| p3 | train | 75.0 | 100.0 | 0.0 lost | 75.0 |" in text
     assert "| onpolicy-s0 | 2 of 2 | 1,440 | 0.8 min | 1.2 min | 1.70 GB | 0.100 -> 0.300 |" in text
     assert "- onpolicy-s0: mixed 2, all-solved 1, all-failed 1; trained on 2: p1, p2" in text
     assert "| onpolicy-s0 | p1 | 1/2 | 0/2 | 1: 1, 2: 0 |" in text

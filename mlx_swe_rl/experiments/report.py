@@ -406,6 +406,7 @@ def markdown(result: dict[str, Any]) -> str:
         for s, rows in entry["puzzles"].items():
             lines.append(f"| {run} | {s} | {len(rows['newly_solved'])}: {ids_cell(rows['newly_solved'])} | "
                          f"{len(rows['lost'])}: {ids_cell(rows['lost'])} |")
+    lines += seed_tables(result)
     shares = [(model, s, row) for model, by_set in result["answers"].items() for s, row in by_set.items() if row]
     if shares:
         from ..env.rewards import ANSWER_KINDS
@@ -473,6 +474,33 @@ def markdown(result: dict[str, Any]) -> str:
                           f"{n.get(ALL_FAILED, 0)} | {points(n.get(MIXED, 0) / sum(n.values()))}% |"
                           for name, n in by.items()]
     return "\n".join(lines) + "\n"
+
+
+SEED_TABLE_PUZZLES = 60  # larger sets keep their per-puzzle rows in report.json only
+
+
+def seed_tables(result: dict[str, Any]) -> list[str]:
+    """The seed's table for each set of at most SEED_TABLE_PUZZLES puzzles: every puzzle's avg@K
+    (%) before training and after, for every model evaluated on it, newly solved and lost marked."""
+    lines: list[str] = []
+    entries = {**result["runs"], **result["evaluated"]}
+    for s, info in result["sets"].items():
+        models = {name: e["puzzles"][s] for name, e in entries.items() if s in e["puzzles"]}
+        if not models or info["puzzles"] > SEED_TABLE_PUZZLES:
+            continue
+        first = next(iter(models.values()))
+        lines += ["", f"## Per puzzle on {s}, avg@{info['samples']} in % (the seed's table: new = newly solved, "
+                  "lost = no longer solved)", "", "| puzzle | split | base | " + " | ".join(models) + " |",
+                  "|---|---|---|" + "---|" * len(models)]
+        for puzzle, (before, _) in first["rates"].items():
+            cells = []
+            for rows in models.values():
+                after = rows["rates"].get(puzzle, [None, None])[1]
+                mark = " new" if puzzle in rows["newly_solved"] else " lost" if puzzle in rows["lost"] else ""
+                cells.append("n/a" if after is None else f"{points(after)}{mark}")
+            lines.append(f"| {puzzle} | {first['splits'].get(puzzle) or ''} | {points(before)} | "
+                         + " | ".join(cells) + " |")
+    return lines
 
 
 def write_report(experiment: Experiment, pieces: list[Piece]) -> list[Path]:
