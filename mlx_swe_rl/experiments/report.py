@@ -12,11 +12,12 @@ Written as OUTPUT_DIR/report.json and report.md (and report.png, figure.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..puzzles.format import Puzzle, PuzzleError
 from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError
@@ -35,6 +36,9 @@ SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in t
 
 def load_report(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+Evaluated = tuple[EvalPiece, dict[str, Any], dict[str, Any]]  # an evaluation, the base's report and its own
 
 
 def overall(report: dict[str, Any]) -> list[float]:
@@ -143,43 +147,35 @@ def only(report: dict[str, Any], ids: set[str]) -> dict[str, Any]:
     return {**report, "puzzles": [r for r in report["puzzles"] if r["id"] in ids]}
 
 
-def by_training(entry: dict[str, Any], model: str, functions: list[str] | None, pieces: list[Piece],
-                reports: dict[tuple[str, str], dict[str, Any]]) -> None:
-    """Split each set's paired change by what `model` trained on (`functions`: their entry points,
+def by_training(entry: dict[str, Any], functions: list[str] | None, evaluations: list[Evaluated]) -> None:
+    """Split each set's paired change by what the model trained on (`functions`: their entry points,
     rundir.sampled): puzzles of a function it was trained on (the puzzle itself, or another bug
     in the same function) and the rest, which alone say whether what it learned carries over.
     Filled only where a set has both."""
     if not functions:
         return
     trained = set(functions)
-    for piece in pieces:
-        if not (isinstance(piece, EvalPiece) and piece.model == model and piece.set_name in entry["change"]):
-            continue
+    for piece, before, after in evaluations:
         try:
             names = {p.id: p.entry_point for p in piece.puzzles()}
         except (PuzzleError, TrainSetError, OSError):
             continue
-        before, after = load_report(piece.baseline), reports[(model, piece.set_name)]
         seen = {r["id"] for r in after["puzzles"] if names.get(r["id"]) in trained}
         unseen = {r["id"] for r in after["puzzles"]} - seen
         if seen and unseen:
             entry["by_training"][piece.set_name] = parts_change(before, after, {"trained": seen, "not_trained": unseen})
 
 
-def by_split(entry: dict[str, Any], model: str, pieces: list[Piece],
-             reports: dict[tuple[str, str], dict[str, Any]]) -> None:
+def by_split(entry: dict[str, Any], evaluations: list[Evaluated]) -> None:
     """Split each set's paired change by the puzzles' split (train / heldout), where a set has
     more than one: one evaluation of all of them samples as it did before the split was read
     (a sampled set drawn in two evaluations would draw other answers)."""
-    for piece in pieces:
-        if not (isinstance(piece, EvalPiece) and piece.model == model and piece.set_name in entry["change"]):
-            continue
-        after = reports[(model, piece.set_name)]
+    for piece, before, after in evaluations:
         splits: dict[str, set[str]] = {}
         for row in after["puzzles"]:
             splits.setdefault(row.get("split") or "none", set()).add(row["id"])
         if len(splits) > 1:
-            entry["by_split"][piece.set_name] = parts_change(load_report(piece.baseline), after, dict(sorted(splits.items())))
+            entry["by_split"][piece.set_name] = parts_change(before, after, dict(sorted(splits.items())))
 
 
 def parts_change(before: dict[str, Any], after: dict[str, Any], parts: dict[str, set[str]]) -> dict[str, Any]:
@@ -257,17 +253,23 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
             "change": {}, "puzzles": {}, "by_training": {}, "by_split": {}}
 
 
-def paired(entry: dict[str, Any], model: str, pieces: list[Piece],
-           reports: dict[tuple[str, str], dict[str, Any]]) -> bool:
-    """Fill `entry`'s paired change from the base and puzzle rows, per set where both
-    evaluations are there; whether any was."""
+def evaluated(model: str, pieces: list[Piece], load: Callable[[Path], dict[str, Any] | None]) -> list[Evaluated]:
+    """`model`'s evaluations whose report and base evaluation (the same set, asked the same way)
+    are both on disk, with those two reports (`load`: one read per file for the whole report)."""
+    found = []
     for piece in pieces:
         if isinstance(piece, EvalPiece) and piece.model == model and piece.baseline is not None:
-            before = load_report(piece.baseline)
-            after = reports.get((model, piece.set_name))
+            before, after = load(piece.baseline), load(piece.out)
             if before is not None and after is not None:
-                entry["change"][piece.set_name] = compare_reports(before, after)["all"]
-                entry["puzzles"][piece.set_name] = puzzle_rows(before, after)
+                found.append((piece, before, after))
+    return found
+
+
+def paired(entry: dict[str, Any], evaluations: list[Evaluated]) -> bool:
+    """Fill `entry`'s paired change from the base and puzzle rows, per set evaluated; whether any was."""
+    for piece, before, after in evaluations:
+        entry["change"][piece.set_name] = compare_reports(before, after)["all"]
+        entry["puzzles"][piece.set_name] = puzzle_rows(before, after)
     return bool(entry["change"])
 
 
@@ -279,9 +281,10 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
                               "variants": {}, "pairs": {}, "evaluated": {}, "answers": {}, "costs": {},
                               "data": {p.name: e for p in pieces if isinstance(p, DataPiece) if (e := data_entry(p))}}
     runs = {p.name: p for p in pieces if isinstance(p, RunPiece)}
+    load = functools.cache(load_report)  # each evaluation read once, however many tables use it
     reports: dict[tuple[str, str], dict[str, Any]] = {}  # (model, set) -> evaluation report
     for piece in (p for p in pieces if isinstance(p, EvalPiece)):
-        report = load_report(piece.out)
+        report = load(piece.out)
         if report is None:
             continue
         reports[(piece.model, piece.set_name)] = report
@@ -292,16 +295,18 @@ def collect(experiment: Experiment, pieces: list[Piece]) -> dict[str, Any]:
                                                    "puzzles": len(report["puzzles"])})
     for name, run in runs.items():
         result["runs"][name] = entry = run_entry(run)
-        if paired(entry, name, pieces, reports):
-            by_training(entry, name, (entry["trained_on"] or {}).get("functions"), pieces, reports)
-            by_split(entry, name, pieces, reports)
+        evaluations = evaluated(name, pieces, load)
+        if paired(entry, evaluations):
+            by_training(entry, (entry["trained_on"] or {}).get("functions"), evaluations)
+            by_split(entry, evaluations)
     for variant in (v for v in experiment.variants.values() if not v.trains):
         entry = {"variant": variant.name, "adapter": str(variant.adapter) if variant.adapter else None,
                  "overrides": variant.overrides, "change": {}, "puzzles": {}, "by_training": {}, "by_split": {}}
-        if paired(entry, variant.name, pieces, reports):
+        evaluations = evaluated(variant.name, pieces, load)
+        if paired(entry, evaluations):
             result["evaluated"][variant.name] = entry
-            by_training(entry, variant.name, variant_trained_on(variant), pieces, reports)
-            by_split(entry, variant.name, pieces, reports)
+            by_training(entry, variant_trained_on(variant), evaluations)
+            by_split(entry, evaluations)
     for variant in experiment.variants:
         for set_name in experiment.sets:
             by_seed = {r["seed"]: r["change"][set_name] for r in result["runs"].values()
