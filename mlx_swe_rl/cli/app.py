@@ -115,7 +115,7 @@ def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Pat
     """Calibrate: sample G completions per puzzle, and report each puzzle's solve rate, its
     category (all-solved / mixed / all-failed) and the advantages GRPO would see."""
     from ..rl.calibration import calibrate as run_calibration
-    from ..rl.calibration import calibration_settings, format_calibration
+    from ..rl.calibration import format_calibration, journal_header
     from ..env.prompts import PromptStyle
     from ..rl.journal import Journal, JournalError, journal_path
     from ..rl.config import SamplingPlan
@@ -135,9 +135,8 @@ def calibrate(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Pat
                         stop_after_answer=not full_completions, max_turns=turns)
     journal = None
     if turns == 1:  # a killed calibration resumes from its journal (multi-turn ones are one batch)
-        header = {"model": model_spec, "adapter": adapter and str(adapter), "dtype": dtype, "format": answer_format,
-                  "prompt": dataclasses.asdict(style or PromptStyle()), "settings": calibration_settings(plan, rounds=rounds),
-                  "puzzles": [p.id for p in puzzles]}
+        header = journal_header(puzzles, plan, rounds=rounds, model=model_spec, adapter=adapter and str(adapter),
+                                dtype=dtype, format=answer_format, prompt=dataclasses.asdict(style or PromptStyle()))
         try:
             journal = Journal.open(journal_path(out), header)
         except JournalError as exc:

@@ -29,6 +29,13 @@ def calibration_settings(plan: SamplingPlan, advantage: str = "std", rounds: int
             "stop_after_answer": plan.stop_after_answer, **({"turns": plan.max_turns} if plan.max_turns > 1 else {})}
 
 
+def journal_header(puzzles: list[Puzzle], plan: SamplingPlan, advantage: str = "std", rounds: int = 1,
+                   **asked: Any) -> dict[str, Any]:
+    """What a calibration's journal belongs to (`rl.journal`): who was asked and how (`asked`:
+    the model, ...), the calibration's settings and its puzzles, in order."""
+    return {**asked, "settings": calibration_settings(plan, advantage, rounds), "puzzles": [p.id for p in puzzles]}
+
+
 def calibrate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
               advantage: str = "std", rounds: int = 1, progress: bool = True,
               journal: Journal | None = None) -> dict[str, Any]:

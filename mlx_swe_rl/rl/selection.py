@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import distributed as dist
-from .calibration import calibrate
-from .calibration import calibration_settings as report_settings
+from .calibration import calibrate, journal_header
 from .journal import Journal, JournalError, journal_path
 from .config import Config
 from ..puzzles.format import Puzzle
@@ -88,10 +87,8 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
     path = journal_path(run_dir / CALIBRATION_FILE)
     if not reuse:
         path.unlink(missing_ok=True)  # a new run: an old run's unfinished calibration is not ours
-    header = {"model": cfg.model.spec, "settings": report_settings(plan, cfg.grpo.advantage, rounds),
-              "puzzles": [p.id for p in candidates]}
     try:
-        journal = Journal.open(path, header)
+        journal = Journal.open(path, journal_header(candidates, plan, cfg.grpo.advantage, rounds, model=cfg.model.spec))
     except JournalError as exc:
         raise SelectionError(str(exc)) from None
     resumed = f"; {len(journal.rows)} finished before, in {path.name}" if journal.rows else ""
