@@ -860,6 +860,10 @@ def test_transfer15_is_the_run_issue_53_asks_for(monkeypatch):
     sets = {name: experiment.sets[name] for name in experiment.variants["soup"].sets}
     draws = {step.outputs[0].name: step.args for step in experiment.data if step.command == "sample"}
     assert sets["heldout"].samples == 1 and draws["heldout300.json"][2] == "300"
+    # the training pool is drawn from short functions only (a CPU step costs its longest answer);
+    # the held-out draws keep every length
+    assert "--max-lines" in draws["pool550.json"] and not any("--max-lines" in args for name, args in draws.items()
+                                                                if name.startswith("heldout"))
     assert sets["heldout4"].samples == 4 and draws["heldout100.json"][2] == "100"
     assert all("--split" in args and args[args.index("--split") + 1] == "heldout"
                for name, args in draws.items() if name.startswith("heldout"))

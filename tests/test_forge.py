@@ -334,6 +334,25 @@ def test_sample_command(forged, tmp_path):
     assert {p.id for p in load_train_set(subset)} == set(json.loads(subset.read_text())["puzzles"])
 
 
+def test_sample_command_max_lines_keeps_only_short_buggy_code(forged, tmp_path):
+    from mlx_swe_rl.puzzles.format import code_lines
+
+    _, out = forged
+    sizes = sorted(code_lines(p.buggy) for p in load_puzzles(out))
+    limit = sizes[0]  # the shortest buggy code: the longer ones are left out
+    fitting = [p.id for p in load_puzzles(out) if code_lines(p.buggy) <= limit]
+    assert 0 < len(fitting) < len(sizes)
+    path = tmp_path / "short.json"
+    result = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", str(len(fitting)),
+                                       "--max-lines", str(limit), "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(path.read_text())
+    assert sorted(written["puzzles"]) == sorted(fitting) and written["source"]["max_lines"] == limit
+    over = CliRunner().invoke(main, ["puzzles", "sample", str(out), "-n", str(len(fitting) + 1),
+                                     "--max-lines", str(limit), "--out", str(tmp_path / "x.json")])
+    assert over.exit_code == 1 and f"is more than the {len(fitting)} puzzles" in over.output
+
+
 def test_seeds_without_tests_are_skipped(scorer):
     """A task without tests (a mined one) cannot tell its mutants from itself: not a seed."""
     from mlx_swe_rl.forge.seeds import Seed

@@ -44,24 +44,31 @@ def list_puzzles(directory: Path | None, tiers: list[str] | None, split: str) ->
 @click.option("-n", "count", type=click.IntRange(min=1), required=True, help="How many puzzles.")
 @click.option("--split", type=click.Choice(["all", "train", "heldout"]), default="all", show_default=True)
 @tier_option
+@click.option("--max-lines", type=click.IntRange(min=1), default=None,
+              help="Only puzzles whose buggy code (imports and helpers included) has at most this many "
+                   "non-blank lines: on a CPU a step costs about the longest answer, and an answer is "
+                   "about as long as the code it fixes.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Puzzle-set JSON to write.")
-def sample_puzzles(directory: Path | None, count: int, split: str, tiers: list[str] | None, seed: int,
-                   out: Path) -> None:
+def sample_puzzles(directory: Path | None, count: int, split: str, tiers: list[str] | None,
+                   max_lines: int | None, seed: int, out: Path) -> None:
     """Write a seeded random sample of the puzzles in DIRECTORY (or of a puzzle-set file) as a
     puzzle-set file (the format of `calibrate --write-train-set`), for calibration, training or
     evaluation subsets."""
     import random
 
+    from ..puzzles.format import code_lines
     from ..puzzles.trainset import source_directory, write_train_set
 
     found = select_puzzles(directory, tiers, split)
+    if max_lines is not None:
+        found = [p for p in found if code_lines(p.buggy) <= max_lines]
     if count > len(found):
         fail(f"-n: {count} is more than the {len(found)} puzzles that match")
     chosen = sorted(random.Random(seed).sample(found, count), key=lambda p: p.id)
     write_train_set(out, chosen, source_directory(directory),
                     {"from": str(directory) if directory else None, "sample": count, "of": len(found),
-                     "split": split, "tiers": tiers, "seed": seed})
+                     "split": split, "tiers": tiers, "max_lines": max_lines, "seed": seed})
     click.echo(f"wrote {out} ({count} of {len(found)} puzzles)")
 
 

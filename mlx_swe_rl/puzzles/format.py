@@ -60,6 +60,11 @@ class Puzzle:
         return [plan_test(t) for t in self.tests]
 
 
+def code_lines(code: str) -> int:
+    """Non-blank lines of a piece of code: the size a puzzle's prompt and its answer scale with."""
+    return sum(1 for line in code.splitlines() if line.strip())
+
+
 def default_puzzle_dir() -> Path:
     """The puzzles shipped with the project (next to the package in a source checkout)."""
     if BUNDLED_DIR.is_dir():
