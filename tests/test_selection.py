@@ -145,7 +145,7 @@ def test_the_quick_start_selects_its_puzzles_itself():
     assert cfg.puzzles.select == "mixed" and cfg.puzzles.train_set is None
     candidates = training_puzzles(cfg)
     assert len(candidates) == 12 and {(p.tier, p.split) for p in candidates} == {("easy", "train")}
-    assert selection.calibration_settings(cfg) == {"group_size": 8, "temperature": 0.8, "max_tokens": 192, "rounds": 4}
+    assert selection.calibration_summary(cfg) == {"group_size": 8, "temperature": 0.8, "max_tokens": 192, "rounds": 4}
     evaluated = eval_puzzles(cfg, candidates)  # as before: every easy puzzle, train and held out
     assert len(evaluated) == 18 and {p.split for p in evaluated} == {"train", "heldout"}
 

@@ -29,7 +29,7 @@ class SelectionError(RuntimeError):
     """No puzzle to train on, or a cache that cannot be used; the message is one line."""
 
 
-def calibration_settings(cfg: Config) -> dict[str, Any]:
+def calibration_summary(cfg: Config) -> dict[str, Any]:
     """What the log line and train-set.json say of the calibration (`Config.calibration_sampling`)."""
     plan = cfg.calibration_sampling()
     return {"group_size": plan.group_size, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
@@ -38,7 +38,7 @@ def calibration_settings(cfg: Config) -> dict[str, Any]:
 
 def check_settings(cfg: Config) -> None:
     """Fail before any work when calibration could never find a mixed puzzle."""
-    if cfg.puzzles.select == "mixed" and calibration_settings(cfg)["temperature"] <= 0:
+    if cfg.puzzles.select == "mixed" and calibration_summary(cfg)["temperature"] <= 0:
         raise SelectionError("puzzles.calibration.temperature: must be > 0 for puzzles.select=mixed "
                              "(greedy samples of a puzzle never differ, so none is mixed)")
 
@@ -82,7 +82,7 @@ def _main_rank_choice(cfg: Config, model: Any, tokenizer: Any, env: Any, candida
     if not may_calibrate:
         raise SelectionError(f"--resume: {run_dir} has a checkpoint but no {TRAIN_SET_FILE} from its calibration "
                              "(puzzles.select=mixed); restore it, or start a new run")
-    settings = calibration_settings(cfg)
+    settings = calibration_summary(cfg)
     plan, rounds = cfg.calibration_sampling(), cfg.puzzles.calibration.rounds
     path = journal_path(run_dir / CALIBRATION_FILE)
     if not reuse:
