@@ -185,6 +185,10 @@ def test_fenced_answers_do_not_fall_back_to_bare_code():
     (f"Here is the fix:\n{FIX}\n", False),         # prose before the code does not end it
     (f"{FIX}\n\nprint(f(1))\n", False),           # more code, not prose
     (f"def f(x):\n    for i in x:\nreturn\n", False),  # no complete definition of f yet
+    # a block opened on the last complete line still awaits its body: the function goes on (an
+    # earlier rule cut it back to what parsed and ended the answer there, mid-function)
+    ("Here is the fix:\n\ndef f(x):\n    y = []\n    for i in x:\n", False),
+    ("def f(x):\n    y = []\n    if x:\n       ", False),
     (f"```python\n{FIX}\nThe end.\n", False),     # inside an open fence only the fence closes it
 ])
 def test_answer_end_for_bare_code(text, done):

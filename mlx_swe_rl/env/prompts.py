@@ -128,9 +128,12 @@ def answer_closed(text: str, entry_point: str) -> bool:
     lines = _lines(text)
     if any(FENCE_LINE.match(line) for line in lines):
         return False
-    # the last line may still be growing, so only a complete line can end the code
-    span = _bare_span(lines[:-1], entry_point)
-    return span is not None and span[1] < len(lines) - 1
+    # the last line may still be growing, so only a complete line can end the code; and only a
+    # line of prose ends it: code that does not parse yet (`for x in xs:` awaiting its body) is
+    # still being written
+    complete = lines[:-1]
+    span = _bare_span(complete, entry_point)
+    return span is not None and _prose_after(complete, span[0]) < len(complete)
 
 
 CODE_START = re.compile(r"^(def |async def |class |import |from |@)")
@@ -148,6 +151,11 @@ def _prose(line: str) -> bool:
     return not _parses(line + "\n    pass") and not _parses(line)
 
 
+def _prose_after(lines: list[str], start: int) -> int:
+    """Index of the first line of prose after the code starting at `start` (len(lines): none)."""
+    return next((i for i in range(start + 1, len(lines)) if _prose(lines[i])), len(lines))
+
+
 def _bare_span(lines: list[str], entry_point: str | None) -> tuple[int, int] | None:
     """[start, end) of the unfenced code in `lines`: from the first line that starts a
     definition or import, up to the first line of prose after it (or the end), shortened
@@ -155,7 +163,7 @@ def _bare_span(lines: list[str], entry_point: str | None) -> tuple[int, int] | N
     start = next((i for i, line in enumerate(lines) if CODE_START.match(line)), None)
     if start is None:
         return None
-    end = next((i for i in range(start + 1, len(lines)) if _prose(lines[i])), len(lines))
+    end = _prose_after(lines, start)
     for stop in range(end, start, -1):
         code = "\n".join(lines[start:stop])
         if _parses(code) and (entry_point is None or defines(code, entry_point)):
