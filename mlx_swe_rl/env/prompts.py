@@ -130,10 +130,11 @@ def answer_closed(text: str, entry_point: str) -> bool:
         return False
     # the last line may still be growing, so only a complete line can end the code; and only a
     # line of prose ends it: code that does not parse yet (`for x in xs:` awaiting its body) is
-    # still being written
+    # still being written. The prose is looked for first: this runs at every newline the sampler
+    # decodes, and cutting the code back to what parses costs a parse per line.
     complete = lines[:-1]
-    span = _bare_span(complete, entry_point)
-    return span is not None and _prose_after(complete, span[0]) < len(complete)
+    found = _code_then_prose(complete)
+    return found is not None and found[1] < len(complete) and _parsing_end(complete, *found, entry_point) is not None
 
 
 CODE_START = re.compile(r"^(def |async def |class |import |from |@)")
@@ -151,24 +152,31 @@ def _prose(line: str) -> bool:
     return not _parses(line + "\n    pass") and not _parses(line)
 
 
-def _prose_after(lines: list[str], start: int) -> int:
-    """Index of the first line of prose after the code starting at `start` (len(lines): none)."""
-    return next((i for i in range(start + 1, len(lines)) if _prose(lines[i])), len(lines))
+def _code_then_prose(lines: list[str]) -> tuple[int, int] | None:
+    """(start, prose) of the unfenced code in `lines`: the first line that starts a definition or
+    import, and the first line of prose after it (len(lines): none); None when no line starts code."""
+    start = next((i for i, line in enumerate(lines) if CODE_START.match(line)), None)
+    if start is None:
+        return None
+    return start, next((i for i in range(start + 1, len(lines)) if _prose(lines[i])), len(lines))
+
+
+def _parsing_end(lines: list[str], start: int, end: int, entry_point: str | None) -> int | None:
+    """The largest stop <= `end` for which lines[start:stop] parses and defines `entry_point`."""
+    for stop in range(end, start, -1):
+        code = "\n".join(lines[start:stop])
+        if _parses(code) and (entry_point is None or defines(code, entry_point)):
+            return stop
+    return None
 
 
 def _bare_span(lines: list[str], entry_point: str | None) -> tuple[int, int] | None:
     """[start, end) of the unfenced code in `lines`: from the first line that starts a
     definition or import, up to the first line of prose after it (or the end), shortened
     until it parses and defines `entry_point`; None when there is no such code."""
-    start = next((i for i, line in enumerate(lines) if CODE_START.match(line)), None)
-    if start is None:
-        return None
-    end = _prose_after(lines, start)
-    for stop in range(end, start, -1):
-        code = "\n".join(lines[start:stop])
-        if _parses(code) and (entry_point is None or defines(code, entry_point)):
-            return start, stop
-    return None
+    found = _code_then_prose(lines)
+    stop = None if found is None else _parsing_end(lines, *found, entry_point)
+    return None if stop is None else (found[0], stop)
 
 
 def bare_code(response: str, entry_point: str | None = None) -> str | None:
