@@ -795,10 +795,11 @@ def test_an_experiment_end_to_end_on_smollm2_then_a_rerun_skips_it(tmp_path, mon
 
 @pytest.mark.parametrize("name, model, runs", [
     ("qwen15", "qwen2.5-coder-1.5b", {"kl-s0", "nokl-s0", "frozen-s0", "lr5e-6-s0"}),
-    ("qwen05-arms", "qwen2.5-coder-0.5b", {"kl-s0", "kl-s1", "nokl-s0", "frozen-s0"})])
+    ("qwen05-arms", "qwen2.5-coder-0.5b", {"kl-s0", "kl-s1", "nokl-s0", "frozen-s0", "top8-s0"})])
 def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeypatch, name, model, runs):
     """qwen05-arms.yaml's kl arm is configs/grpo.yaml as `mlx-swe-rl train` runs it, on the 0.5B
-    with a second on-policy seed; the other arms differ only by the KL term and the sampler.
+    with a second on-policy seed; the other arms differ only by the KL term and the sampler, and
+    top8 (issue 45's paired run) only by the number of adapted blocks.
     qwen15.yaml's kl arm is the 1.5B's first run, at the first shipped lr (2e-5); its lr5e-6 arm is
     configs/grpo.yaml as shipped now, and it, nokl and frozen take the kl arm's calibrated puzzles
     as a file and differ from each other only by the KL term and the sampler; the evaluations are
@@ -821,7 +822,8 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
         arm, seed = run.rsplit("-s", 1)
         assert cfg["seed"] == int(seed) and (seed == "0" or arm == "kl")
         given = {("puzzles", "select"), ("puzzles", "train_set"), ("train", "final_eval")}  # puzzles as a file
-        expected = {"kl": set(), "nokl": {("grpo", "beta")}, "frozen": {("grpo", "beta"), ("sampling", "mode")}}
+        expected = {"kl": set(), "nokl": {("grpo", "beta")}, "frozen": {("grpo", "beta"), ("sampling", "mode")},
+                    "top8": {("finetune", "lora")}}
         if name == "qwen15":  # kl ran at the first shipped lr; the others take its calibrated puzzles as a file
             expected = {"kl": {("optim", "lr")}, "lr5e-6": given, "nokl": expected["nokl"] | given,
                         "frozen": expected["frozen"] | given}
@@ -830,7 +832,8 @@ def test_the_missions_experiment_trains_the_shipped_config_in_three_arms(monkeyp
             if arm != "kl":
                 assert cfg["puzzles"]["train_set"] == "outputs/qwen15/kl-s0/train-set.json"
         assert differs == expected[arm]
-        assert arm in ("kl", "lr5e-6") or cfg["grpo"]["beta"] == 0.0
+        assert arm in ("kl", "lr5e-6", "top8") or cfg["grpo"]["beta"] == 0.0
+        assert cfg["finetune"]["lora"] == dict(shipped["finetune"]["lora"], **({"num_layers": 8} if arm == "top8" else {}))
     asked = {p.set_name: (p.eval_set.samples, p.plan().temperature, p.plan().max_tokens, p.eval_set.puzzles)
              for p in pieces if isinstance(p, EvalPiece)}
     assert asked == {"bundled": (1, 0.0, 384, None), "bundled4": (4, 0.8, 384, None),
