@@ -270,6 +270,21 @@ def run_holder(run_dir: Path) -> str | None:
         os.close(fd)
 
 
+WALL_TIME = "wall_time.json"  # a run's wall time over all its sittings, written by `mlx-swe-rl experiment`
+
+
+def add_wall_time(run_dir: Path, seconds: float) -> None:
+    """Add `seconds` to the run's wall_time.json (a resumed run adds each sitting's time)."""
+    before = wall_seconds(run_dir) or 0.0
+    write_json_atomic(run_dir / WALL_TIME, {"seconds": before + seconds})
+
+
+def wall_seconds(run_dir: Path) -> float | None:
+    """The run's wall time over all its sittings, or None when nothing recorded it."""
+    path = run_dir / WALL_TIME
+    return json.loads(path.read_text())["seconds"] if path.is_file() else None
+
+
 def run_metadata(model_spec: str, adapter: Path | None, dtype: str, model_patches: list[str]) -> dict[str, Any]:
     """What produced a result file: model, adapter, software and machine, and the mlx-lm
     functions the model ran replaced (`models.fastmath.patched()`: the code that ran is not

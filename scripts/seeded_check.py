@@ -1,7 +1,9 @@
 """Does a run reproduce a committed seeded history, step for step?
 
 The safety net of every change that should keep behaviour: a seeded run gives the same reward and
-completion length at every step on any machine (measured on a Xeon and an EPYC). This compares a
+completion length at every step when rerun on the same machine, and the committed SmolLM2 runs
+matched across a Xeon and an EPYC (one 1.5B run parted at step 22 across machines, not traced:
+docs/experiments.md). This compares a
 run directory's history.jsonl with the per-step curves a results file under docs/results/ keeps,
 prints one line per step and a verdict, and exits 1 when any step differs.
 

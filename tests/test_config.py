@@ -228,12 +228,6 @@ def test_dtype_auto_is_resolved_for_the_device():
 @pytest.mark.skipif(not BUNDLED, reason="no configs/*.yaml yet")
 @pytest.mark.parametrize("path", BUNDLED, ids=[p.name for p in BUNDLED])
 def test_bundled_configs_load(path):
-    if "variants" in (yaml.safe_load(path.read_text()) or {}):  # a comparison file
-        from mlx_swe_rl.reports.compare import load_comparison, variant_config
-
-        comparison = load_comparison(path)
-        assert len({variant_config(comparison, v).run_dir for v in comparison.variants}) == len(comparison.variants)
-        return
     cfg = load_config(path)
     assert isinstance(cfg, Config)
     raw = yaml.safe_load(path.read_text()) or {}

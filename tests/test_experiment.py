@@ -319,6 +319,37 @@ def test_committed_experiments_are_their_results_settings(name, renamed, monkeyp
         == {("block", "expert")}
 
 
+def test_the_quick_starts_comparison_is_an_experiment_and_compare_runs_it(monkeypatch):
+    """quickstart-vs-frozen.yaml (once configs/compare.yaml) trains configs/quickstart.yaml twice,
+    differing only in the sampler, and evaluates as the quick start does (avg@4 on the 18 easy
+    puzzles) instead of the runs' own evaluations; `compare` is `experiment` under its old name."""
+    from mlx_swe_rl.rl.config import load_config
+
+    monkeypatch.chdir(REPO)
+    path = REPO / "configs/experiments/quickstart-vs-frozen.yaml"
+    pieces = plan_pieces(load(path, cli))
+    runs = {p.name: to_dict(p.config) for p in pieces if isinstance(p, RunPiece)}
+    quickstart = to_dict(load_config(REPO / "configs/quickstart.yaml"))
+    assert set(runs) == {"onpolicy-s0", "frozen-s0"}
+    for name, cfg in runs.items():
+        differs = {(s, k) for s in quickstart if isinstance(quickstart[s], dict)
+                   for k in quickstart[s] if cfg[s][k] != quickstart[s][k]}
+        assert differs == {("train", "final_eval")} | ({("sampling", "mode")} if name == "frozen-s0" else set())
+        assert cfg["seed"] == quickstart["seed"]
+    assert runs["frozen-s0"]["sampling"]["mode"] == "frozen"
+    evals = [p for p in pieces if isinstance(p, EvalPiece)]
+    assert {p.model for p in evals} == {"base", "onpolicy-s0", "frozen-s0"}
+    assert {(p.eval_set.samples, tuple(p.eval_set.tiers), p.plan().temperature, p.plan().max_tokens)
+            for p in evals} == {(quickstart["train"]["eval_samples"], ("easy",), 0.8, 192)}
+    def listed(command: str) -> list[str]:  # the pieces, without the memory lines (free memory moves)
+        result = CliRunner().invoke(cli, [command, str(path), "--dry-run"])
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if "memory:" not in line]
+
+    assert listed("compare") == listed("experiment")
+    assert listed("compare")[0] == "[1/5] onpolicy-s0: to train (16 steps)"
+
+
 def test_answer_end_evaluates_the_base_model_with_and_without_the_stop(monkeypatch):
     monkeypatch.chdir(REPO)
     experiment = load(REPO / "configs/experiments/answer-end.yaml", cli)
@@ -546,9 +577,9 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
     run_dir = out / "onpolicy-s0"
     run_dir.mkdir()
     steps = [{"step": 1, "reward_mean": 0.1, "completion_len": 50.0, "kl": None, "step_s": 30.0,
-              "peak_memory_gb": 1.5, "sampled_tokens": 800},
+              "peak_memory_gb": 1.5, "sampled_tokens": 800, "tokens_total": 800},
              {"step": 2, "reward_mean": 0.3, "completion_len": 40.0, "kl": None, "step_s": 20.0,
-              "peak_memory_gb": 1.7, "sampled_tokens": 640}]
+              "peak_memory_gb": 1.7, "sampled_tokens": 640, "tokens_total": 1440}]
     (run_dir / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     (run_dir / "wall_time.json").write_text(json.dumps({"seconds": 75.0}))
     rollouts = [(1, "p1", True), (1, "p1", False), (1, "p2", False), (1, "p2", False),
@@ -578,6 +609,15 @@ def test_the_report_pairs_by_puzzle_and_averages_seeds(tmp_path):
         == (2, 1440, 50.0, 75.0, 1.7)
     assert run["curves"]["reward_mean"] == [0.1, 0.3] and run["curves"]["completion_len"] == [50.0, 40.0]
     assert run["curves"]["step_s"] == [30.0, 20.0] and run["curves"]["sample_s"] == [None, None]
+    assert run["curves"]["tokens_total"] == [800, 1440]  # the x-axis of the figure's reward-per-token panel
+    from mlx_swe_rl.experiments.figure import _per_token
+    from mlx_swe_rl.reports.figures import plt
+
+    fig, ax = plt.subplots()
+    result["runs"]["onpolicy-s1"]["curves"]["tokens_total"] = [None, None]  # a history from before the key
+    _per_token(ax, result, ["onpolicy", "frozen"], [0, 1])
+    assert [(line.get_label(), list(line.get_xdata())) for line in ax.lines] == [("onpolicy-s0", [800, 1440])]
+    plt.close(fig)
     assert run["calibration"] == {"categories": {"mixed": 2, "all-solved": 1, "all-failed": 1},
                                   "bands": {}, "train_set": ["p1", "p2"]}
     assert result["runs"]["onpolicy-s1"]["calibration"] is None

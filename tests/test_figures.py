@@ -38,10 +38,6 @@ def test_every_figure_renders_from_files(run_dir, tmp_path):
     assert names == {"training_curve", "before_after", "puzzle_changes", "rollouts"}
     for path in written:
         assert_image(path)
-    comparison = figures.comparison({"a": read_history(run_dir), "b": read_history(run_dir)[:3]},
-                                    out / "comparison", figures.label("m", "c"))
-    for path in comparison:
-        assert_image(path)
 
 
 def test_changes_come_from_the_eval_files():
@@ -96,8 +92,6 @@ def test_curves_against_sampled_tokens(run_dir, tmp_path, monkeypatch):
     written = figures.run_figures(run_dir, tmp_path / "figs")
     assert {p.stem for p in written} == {"training_curve", "training_curve_tokens"}
     for path in written:
-        assert_image(path)
-    for path in figures.comparison({"a": history, "b": history[3:]}, tmp_path / "cmp", "footer", x="tokens"):
         assert_image(path)
     old = [{k: v for k, v in h.items() if k != "tokens_total"} for h in history]
     assert figures.has_tokens(history) and not figures.has_tokens(old)

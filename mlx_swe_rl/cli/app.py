@@ -298,30 +298,6 @@ def last_kept(runs: list[Path], n: int) -> list[Path]:
         fail(f"--last {n}: {exc}")
 
 
-@main.command()
-@click.argument("comparison_file", type=click.Path(path_type=Path))
-@click.option("--quiet", is_flag=True, help="No progress bars.")
-def compare(comparison_file: Path, quiet: bool) -> None:
-    """Run the variants of a comparison file (each resumable; finished ones are kept) and
-    write summary.md, summary.json and a comparison figure."""
-    from ..reports.compare import load_comparison, run_comparison
-    from ..rl.config import ConfigError
-    from ..models.specs import ModelError
-    from ..puzzles.format import PuzzleError
-    from ..rl.trainer import TrainingError
-    from ..sandbox.pool import ConfinementError
-    from ..puzzles.trainset import TrainSetError
-
-    try:
-        comparison = load_comparison(comparison_file)
-        summary = run_comparison(comparison, log=click.echo, progress=not quiet)
-    except (ConfigError, ConfinementError, ModelError, PuzzleError, TrainSetError, TrainingError) as exc:
-        fail(str(exc))
-    root = comparison.output_dir / comparison.name
-    click.echo((root / "summary.md").read_text())
-    click.echo(f"wrote {root / 'summary.md'}, {root / 'summary.json'}, " + ", ".join(summary["figures"]))
-
-
 def _register_subcommands() -> None:
     import copy
 
@@ -334,10 +310,12 @@ def _register_subcommands() -> None:
     main.add_command(experiment_main, "experiment")
     main.add_command(puzzles, "puzzles")
     main.add_command(train_main, "train")
-    # `rollouts` was calibrate's name; kept, hidden from help, so old command lines and scripts run.
-    alias = copy.copy(calibrate)
-    alias.hidden = True
-    main.add_command(alias, "rollouts")
+    # Old names, hidden from help, so old command lines and scripts run: `rollouts` was calibrate's;
+    # `compare` ran the variants of one config before experiment files existed (a comparison is one).
+    for command, old_name in ((calibrate, "rollouts"), (experiment_main, "compare")):
+        alias = copy.copy(command)
+        alias.hidden = True
+        main.add_command(alias, old_name)
 
 
 _register_subcommands()

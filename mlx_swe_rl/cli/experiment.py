@@ -166,7 +166,7 @@ def train_run(piece, train_fn: Callable[..., Any], progress: bool, log: Callable
     from ..models.specs import ModelError
     from ..puzzles.format import PuzzleError
     from ..puzzles.trainset import TrainSetError
-    from ..reports.compare import add_wall_time
+    from ..runfiles import add_wall_time
     from ..rl.trainer import TrainingError
     from ..sandbox.pool import ConfinementError
 

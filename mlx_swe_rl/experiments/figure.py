@@ -1,7 +1,8 @@
 """The report's figure: reward, completion length, KL and the share of answers that give the buggy
-code back per step for every run (one colour per variant, one line style per seed), and every
-run's paired change from the base model per set with its 95% CI. Drawn from report.json's
-numbers only."""
+code back per step for every run (one colour per variant, one line style per seed), the reward
+against the tokens each run sampled (settings that sample more per step, such as dynamic
+sampling, compared per token spent), and every run's paired change from the base model per set
+with its 95% CI. Drawn from report.json's numbers only."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
               ("completion_len", "mean completion length", "tokens"),
               ("kl", "KL to the reference", "nats"),
               ("unchanged", "answers that give the buggy code back", "share of completions"))
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(26, 4.4))
+    fig, axes = plt.subplots(1, len(panels) + 2, figsize=(31, 4.4))
     variants = list(dict.fromkeys(entry["variant"] for entry in result["runs"].values()))
     seeds = sorted({entry["seed"] for entry in result["runs"].values()})
     for run, entry in result["runs"].items():
@@ -38,6 +39,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
             ax.text(0.5, 0.5, "nothing recorded" + (" (grpo.beta 0 skips the KL)" if key == "kl" else ""),
                     ha="center", va="center", transform=ax.transAxes)
     axes[0].legend(fontsize=8)
+    _per_token(axes[-2], result, variants, seeds)
     _changes(axes[-1], result, variants, seeds)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -51,6 +53,25 @@ def recorded(values: list[float | None]) -> tuple[list[int], list[float]]:
     makes no update, so no KL either. Those steps are left out, not the whole curve."""
     points = [(step, v) for step, v in enumerate(values, 1) if v is not None]
     return [s for s, _ in points], [v for _, v in points]
+
+
+def _per_token(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
+    """Each run's reward (smoothed) against the model tokens it had sampled by that step."""
+    from ..reports.figures import smooth
+
+    for run, entry in result["runs"].items():
+        curves = entry["curves"]
+        points = [(t, r) for t, r in zip(curves.get("tokens_total", []), curves["reward_mean"])
+                  if t is not None and r is not None]  # histories from before tokens_total have no place here
+        if points:
+            colour = f"C{variants.index(entry['variant'])}"
+            style = STYLES[seeds.index(entry["seed"]) % len(STYLES)]
+            ax.plot([t for t, _ in points], smooth([r for _, r in points]), style, color=colour, label=run,
+                    marker="o", markersize=3)
+    ax.set(title="training reward per sampled token", xlabel="model tokens sampled (cumulative)", ylabel="reward")
+    ax.grid(alpha=0.3)
+    if not ax.lines:
+        ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center", transform=ax.transAxes)
 
 
 def _changes(ax: Any, result: dict[str, Any], variants: list[str], seeds: list[int]) -> None:

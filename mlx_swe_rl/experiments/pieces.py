@@ -68,9 +68,10 @@ class RunPiece:
         return (self.run_dir / "config.yaml").is_file()
 
     def done(self) -> bool:
-        from ..reports.compare import is_finished
-
-        return is_finished(self.config)
+        """Its last checkpoint is the final step, and its own final evaluation (train.final_eval) is written."""
+        if self.steps_saved() < self.config.train.steps:
+            return False
+        return not self.config.train.final_eval or (self.run_dir / "eval-after.json").is_file()
 
     def calibrated(self) -> tuple[int, int] | None:
         """(puzzles done, puzzles in all) of its unfinished calibration, or None."""

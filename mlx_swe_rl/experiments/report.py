@@ -21,14 +21,14 @@ from typing import Any, Callable
 
 from ..puzzles.format import Puzzle, PuzzleError
 from ..puzzles.trainset import CALIBRATION_FILE, TRAIN_SET_FILE, TrainSetError
-from ..runfiles import ROLLOUTS, read_history, read_jsonl, write_json_atomic
+from ..runfiles import ROLLOUTS, read_history, read_jsonl, wall_seconds, write_json_atomic
 from ..rl.stats import compare_reports
 from .pieces import DataPiece, EvalPiece, Piece, RunPiece
 from .spec import Experiment, Pair, Variant
 
 # per step, per run: what was learned, what could teach, and what each phase cost
-CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "sample_s", "reference_s",
-          "update_s", "step_s", "peak_memory_gb")
+CURVES = ("reward_mean", "completion_len", "truncation_rate", "kl", "zero_var_frac", "tokens_total", "sample_s",
+          "reference_s", "update_s", "step_s", "peak_memory_gb")
 # a harvest's funnel as the report shows it: where functions are lost between reading and puzzles
 FUNNEL = ("files", "functions", "self_contained", "unique", "doctests", "recorded", "kept", "mutants_kept")
 SHOWN_IDS = 8  # puzzle ids per cell of the Markdown table (all of them are in the JSON)
@@ -237,14 +237,13 @@ def run_entry(piece: RunPiece) -> dict[str, Any]:
     from ..rl.trainer import sampled_tokens
 
     history = read_history(piece.run_dir, missing_ok=True)
-    wall = piece.run_dir / "wall_time.json"
     rollouts = read_jsonl(piece.run_dir / ROLLOUTS) if (piece.run_dir / ROLLOUTS).is_file() else []
     puzzles = run_puzzles(piece)
     return {"variant": piece.variant, "seed": piece.seed, "steps": len(history),
             "of_steps": piece.config.train.steps,
             "sampled_tokens": sum(sampled_tokens(h, piece.config) for h in history),
             "train_seconds": sum(h.get("step_s", 0.0) for h in history),
-            "wall_seconds": json.loads(wall.read_text())["seconds"] if wall.is_file() else None,
+            "wall_seconds": wall_seconds(piece.run_dir),
             "peak_memory_gb": max((h["peak_memory_gb"] for h in history if "peak_memory_gb" in h), default=None),
             "curves": {**{k: [h.get(k) for h in history] for k in CURVES},
                        "unchanged": unchanged_shares(rollouts, puzzles, len(history))},

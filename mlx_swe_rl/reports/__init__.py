@@ -1,1 +1,1 @@
-"""What runs leave for people: figures drawn from run files, and comparison experiments."""
+"""What runs leave for people: figures drawn from run files, and the live page of a run."""

@@ -217,23 +217,6 @@ def changes_figure(before: dict[str, Any], after: dict[str, Any], out: Path, foo
     return _save(fig, out, footer)
 
 
-def comparison(runs: dict[str, list[dict[str, Any]]], out: Path, footer: str, key: str = "reward_mean",
-               x: str = "step") -> list[Path]:
-    """Figure 5: one smoothed curve per run (e.g. on-policy vs frozen sampler), against the step
-    or (`x="tokens"`) the model tokens each run sampled."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, history in runs.items():
-        steps, values = _series(history, key, x)
-        line, = ax.plot(steps, smooth(values), "-", label=name)
-        ax.plot(steps, values, "o", color=line.get_color(), alpha=0.3, markersize=3)
-    ax.set_xlabel(X_LABELS[x])
-    ax.set_ylabel(f"{key} (smoothed; dots: per step)")
-    ax.set_title(f"{key} per run" + (" per sampled token" if x == "tokens" else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, out, footer)
-
-
 def run_figures(run_dir: Path, out_dir: Path | None = None, eval_before: Path | None = None,
                 eval_after: Path | None = None, rollouts: Path | None = None) -> list[Path]:
     """Every figure the files of a run allow; returns the paths written."""
