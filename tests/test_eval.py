@@ -254,3 +254,70 @@ def test_evaluation_survives_and_reports_a_puzzle_that_cannot_be_scored(tiny_mod
     overall = next(t for t in report["totals"] if (t["tier"], t["split"]) == ("all", "all"))
     assert overall["puzzles"] == 3  # counted, as unsolved
     assert "not scored (counted as unsolved): broken_oracle, 2 completion(s): " in format_report(report)
+
+
+# ---------------------------------------------------------------------------------- the evaluation journal
+def test_a_journalled_evaluation_answers_the_same_and_resumes_from_its_journal(tiny_model, scorer, tmp_path):
+    """Recording each puzzle as it finishes changes no answer; a killed evaluation's journal
+    gives back the puzzles it finished, and only the others are sampled again."""
+    from mlx_swe_rl.env.codefix import CodeFixEnv
+    from mlx_swe_rl.rl.evaluation import evaluate
+    from mlx_swe_rl.rl.journal import Journal, JournalError
+
+    model, tokenizer = tiny_model
+    puzzles = load_puzzles(tiers=["easy"])[:4]
+    plan = SamplingPlan(2, 1.0, 6, seed=3)
+    header = {"model": "tiny", "puzzles": [p.id for p in puzzles]}
+    path = tmp_path / "eval.journal.jsonl"
+    with CodeFixEnv(puzzles, scorer) as env:
+        plain = evaluate(model, tokenizer, env, puzzles, plan, progress=False)
+        journalled = evaluate(model, tokenizer, env, puzzles, plan, progress=False,
+                              journal=Journal.open(path, header, what="evaluation"))
+        assert journalled["puzzles"] == plain["puzzles"]
+        assert journalled["timing"]["generated_tokens"] == plain["timing"]["generated_tokens"]
+        assert "sessions" not in journalled["timing"]
+        lines = path.read_text().splitlines()
+        assert [next(iter(json.loads(line))) for line in lines] == ["header", "session"] + ["row"] * 4
+
+        killed = tmp_path / "killed.journal.jsonl"  # a session that finished two puzzles, then died
+        killed.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
+        journal = Journal.open(killed, header, what="evaluation")
+        first = [json.loads(line)["row"] for line in lines[2:4]]
+        assert sorted(journal.rows) == sorted(r["id"] for r in first)
+        resumed = evaluate(model, tokenizer, env, puzzles, plan, progress=False, journal=journal)
+    assert [r["id"] for r in resumed["puzzles"]] == [p.id for p in puzzles]
+    by_id = {r["id"]: r for r in resumed["puzzles"]}
+    assert all(by_id[r["id"]] == r for r in first)  # kept as recorded, not sampled again
+    timing = resumed["timing"]
+    assert timing["sessions"] == 2 and timing["earlier_sessions"][0]["puzzles"] == 2
+    assert timing["generated_tokens"] == sum(c["num_tokens"] for r in resumed["puzzles"] for c in r["completions"])
+    with pytest.raises(JournalError, match="unfinished evaluation of other model"):
+        Journal.open(killed, {**header, "model": "other"}, what="evaluation")
+    with pytest.raises(ValueError, match="single-turn"):
+        evaluate(model, tokenizer, None, puzzles, plan.but(max_turns=2), journal=journal)
+
+
+def test_the_eval_command_resumes_a_killed_evaluation_with_the_same_out(tiny_model_dir, tmp_path, easy_ids,
+                                                                         monkeypatch):
+    from mlx_swe_rl.rl.journal import Journal, journal_path
+
+    out = tmp_path / "e.json"
+    args = ["--model", tiny_model_dir, "--tiers", "easy", "--max-tokens", 6, "--out", out, "--workers", 2]
+    add = Journal.add
+
+    def dies_after_two(self, row):
+        add(self, row)
+        if len(self.rows) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "add", dies_after_two)
+    assert invoke(args).exit_code != 0 and not out.exists()
+    monkeypatch.setattr(Journal, "add", add)
+    other = invoke([*args[:5], 7, *args[6:]])  # another token limit: not the killed evaluation
+    assert other.exit_code == 1 and "unfinished evaluation of other plan" in other.output
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert f"resuming: 2 of {len(easy_ids)} puzzles finished before" in result.output
+    report = json.loads(out.read_text())
+    assert [r["id"] for r in report["puzzles"]] == easy_ids and report["timing"]["sessions"] == 2
+    assert not journal_path(out).exists()

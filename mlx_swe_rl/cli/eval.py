@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
+from ..env.prompts import PromptStyle
 from ..rl.config import SamplingPlan
-from ..rl.evaluation import evaluate, format_report, read_report
+from ..rl.evaluation import evaluate, format_report, open_journal, read_report
+from ..rl.journal import JournalError
 from ..rl.stats import compare_reports, format_changes
 from ..runfiles import default_out_path, write_json_atomic
 from .options import (config_default, fail, model_options, model_report, multi_turn_options, puzzle_options,
@@ -27,7 +30,8 @@ from .options import (config_default, fail, model_options, model_report, multi_t
                    "first that passes the public tests judged on the hidden ones.")
 @sandbox_options
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Result JSON (default: outputs/eval/eval-<time>.json).")
+              help="Result JSON (default: outputs/eval/eval-<time>.json). A named one keeps a journal beside it, "
+                   "so the same command after a kill resumes from the puzzles it finished.")
 @click.option("--baseline", type=click.Path(path_type=Path), default=None,
               help="An earlier eval JSON of the same puzzles: print the paired change with its 95% CI.")
 def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | None, tiers: list[str] | None,
@@ -47,8 +51,18 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
         fail(f"--baseline: {exc}")
     plan = SamplingPlan(samples, temperature, max_tokens, seed=seed, batch_size=batch_size,
                         stop_after_answer=not full_completions, max_turns=turns)
+    journal = None
+    if out is not None and turns == 1:  # a killed evaluation with a named report resumes from its journal
+        try:
+            journal = open_journal(out, puzzles, plan, model=model_spec, adapter=adapter and str(adapter), dtype=dtype,
+                                   format=answer_format, prompt=dataclasses.asdict(style or PromptStyle()))
+        except JournalError as exc:
+            fail(str(exc))
+        if journal.rows:
+            click.echo(f"resuming: {len(journal.rows)} of {len(puzzles)} puzzles finished before ({journal.path})")
     report = model_report(model_spec, adapter, dtype, puzzles, sandbox, lambda model, tokenizer, env: evaluate(
-        model, tokenizer, env, puzzles, plan, best_of_n=best_of_n and turns > 1), answer_format, test_split, style)
+        model, tokenizer, env, puzzles, plan, best_of_n=best_of_n and turns > 1, journal=journal), answer_format,
+        test_split, style)
     click.echo(format_report(report))
     if earlier is not None:
         changes = compare_reports(earlier, report)
@@ -59,5 +73,7 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
                                                    "over puzzles)"))
     out = out or default_out_path("eval")
     write_json_atomic(out, report)
+    if journal:
+        journal.close()
     click.echo(f"wrote {out}")
 

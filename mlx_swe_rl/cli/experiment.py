@@ -5,6 +5,7 @@ with more variants, skips what is there and resumes a started run from its check
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import subprocess
 import sys
@@ -184,7 +185,8 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     """One evaluation, asked as the piece's config asks (model, dtype, prompt, test split) and
     sampled as its set says; the report goes to the piece's file, written atomically."""
     from ..experiments.report import overall
-    from ..rl.evaluation import evaluate
+    from ..rl.evaluation import evaluate, open_journal
+    from ..rl.journal import JournalError
     from ..runfiles import write_json_atomic
     from .options import model_report, select_puzzles
 
@@ -197,13 +199,25 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     plan = piece.plan()
     sandbox = {"workers": cfg.workers, "confinement": cfg.sandbox.confinement,
                "allow_unconfined": not cfg.sandbox.require_confinement}
+    journal = None
+    if piece.journalled:  # a killed evaluation resumes from the puzzles it finished
+        try:
+            journal = open_journal(piece.out, puzzles, plan, model=cfg.model.spec,
+                                   adapter=piece.adapter and str(piece.adapter), dtype=cfg.model.dtype,
+                                   prompt=dataclasses.asdict(cfg.prompt))
+        except JournalError as exc:
+            fail(f"{piece.name}: {exc}")
+        if journal.rows:
+            log(f"{piece.name}: resuming, {len(journal.rows)} of {len(puzzles)} puzzles finished before")
     report = model_report(cfg.model.spec, piece.adapter, cfg.model.dtype, puzzles, sandbox,
                           lambda model, tokenizer, env: evaluate(model, tokenizer, env, puzzles, plan,
                                                                  best_of_n=s.best_of_n and s.turns > 1,
-                                                                 progress=progress),
+                                                                 progress=progress, journal=journal),
                           cfg.prompt.format, cfg.multi_turn.split(s.turns), cfg.prompt.style())
     report["meta"]["experiment"] = {"model": piece.model, "set": piece.set_name}
     write_json_atomic(piece.out, report)
+    if journal:
+        journal.close()
     rate, low, high = overall(report)
     log(f"{piece.name}: avg@{s.samples} {100 * rate:.1f}% [{100 * low:.1f}, {100 * high:.1f}] -> {piece.out}")
 

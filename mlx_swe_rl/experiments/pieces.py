@@ -130,9 +130,22 @@ class EvalPiece:
     def done(self) -> bool:
         return self.out.is_file()
 
+    @property
+    def journalled(self) -> bool:
+        """Whether it records each puzzle as it finishes, so a killed one resumes (single-turn sets)."""
+        return self.eval_set.turns == 1
+
+    def evaluated(self) -> tuple[int, int] | None:
+        """(puzzles done, puzzles in all) of its unfinished evaluation, or None."""
+        from ..rl.journal import journal_path, progress
+
+        return progress(journal_path(self.out)) if self.journalled else None
+
     def state(self) -> str:
         if self.done():
             return "kept"
+        if evaluated := self.evaluated():
+            return f"resumes its evaluation (K = {self.eval_set.samples}, {evaluated[0]} of {evaluated[1]} puzzles done)"
         waits = self.elsewhere and self.adapter is not None and not self.adapter.is_dir()
         needs = f"; needs {self.adapter}, not there yet" if waits else ""
         if waits and self.soup is not None:

@@ -18,9 +18,11 @@ from typing import Any, Callable
 
 from ..env.codefix import CodeFixEnv
 from ..models import fastmath
+from ..models.sampling import SampleStats
 from ..puzzles.format import Puzzle
+from .journal import Journal, journal_path
 from .rollouts import (END, JOIN, WAIT, Decision, Driver, Episode, LiveEpisode, collect_rollouts, decide_once,
-                       plan_driver)
+                       open_groups, plan_driver)
 from .config import Config, SamplingPlan
 from ..runfiles import run_metadata, write_json_atomic
 from .stats import bootstrap_ci, compare_reports, format_changes
@@ -36,7 +38,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], plan: SamplingPlan, *,
-             best_of_n: bool = False, progress: bool = True) -> dict[str, Any]:
+             best_of_n: bool = False, progress: bool = True, journal: Journal | None = None) -> dict[str, Any]:
     """Sample and score, and return the report: per-puzzle results with every completion,
     and totals per tier and split. `plan.group_size` is the samples per puzzle (K of avg@K).
     With `plan.stop_after_answer` completions end where their answer does (the block the
@@ -47,46 +49,112 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     then the share of episodes solved (on the hidden tests) within those answers, and
     `multi_turn` holds the per-turn totals (`turn_totals`). `best_of_n` adds the compute-matched
     baseline: as many independent single-turn answers per episode, the first that passes the
-    public tests (else the last) judged on the hidden tests."""
+    public tests (else the last) judged on the hidden tests.
+
+    `journal` (single-turn, no best-of-n): each puzzle's row is recorded there as soon as its K
+    answers are scored, and the puzzles it already holds are not sampled again (`rl.journal`);
+    `timing` then counts every session's tokens and says how many sessions there were."""
     start = time.perf_counter()
     samples, turns = plan.group_size, plan.max_turns
-    batch = collect_rollouts(model, tokenizer, env, puzzles, plan, progress=progress, desc="eval")
     split = getattr(env, "split", None)
-    rows = []
-    for puzzle, group in zip(batch.puzzles, batch.groups):
-        solved = sum(r.solved for r in group)
-        errors = [r.error for r in group if r.error]
-        rows.append({
-            "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split, "family": puzzle.family,
-            "samples": len(group), "solved": solved,
-            "pass@1": pass_at_k(len(group), solved, 1),
-            f"pass@{samples}": pass_at_k(len(group), solved, samples),
-            "mean_reward": sum(r.reward for r in group) / len(group),
-            **({"public_tests": list(split.public_indices(puzzle))} if split is not None else {}),
-            **({"errored": len(errors), "error": errors[0]} if errors else {}),
-            "completions": [r.record() for r in group],
-        })
-    stats = batch.stats
+    if journal is not None and (turns > 1 or best_of_n):
+        raise ValueError("an evaluation journal needs single-turn episodes without best-of-n")
     report_extra: dict[str, Any] = {}
-    if turns > 1:
-        report_extra["multi_turn"] = turn_totals([r for g in batch.groups for r in g], turns)
+    if journal is None:
+        batch = collect_rollouts(model, tokenizer, env, puzzles, plan, progress=progress, desc="eval")
+        stats = batch.stats
+        rows = [puzzle_row(puzzle, group, samples, split) for puzzle, group in zip(puzzles, batch.groups)]
+        if turns > 1:
+            report_extra["multi_turn"] = turn_totals([r for g in batch.groups for r in g], turns)
+    else:
+        stats = _journalled(model, tokenizer, env, [p for p in puzzles if p.id not in journal.rows], plan,
+                            progress, journal)
+        rows = [journal.rows[p.id] for p in puzzles]
     if best_of_n:
         report_extra["best_of_n"] = best_of_public(model, tokenizer, env, puzzles, plan, progress=progress)
+    earlier = journal.earlier if journal else []
     return {
         "settings": {"samples": samples, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
                      "seed": plan.seed, "stop_after_answer": plan.stop_after_answer,
                      **({"turns": turns, "split": dataclasses.asdict(split)} if turns > 1 else {})},
         "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
                    "prefill_seconds": stats.prefill_seconds,
-                   "generated_tokens": stats.generated_tokens, "tokens_per_second": stats.tokens_per_second,
+                   "generated_tokens": stats.generated_tokens + sum(e["generated_tokens"] for e in earlier),
+                   "tokens_per_second": stats.tokens_per_second,
                    "peak_memory_gb": stats.peak_memory_gb, "truncated": stats.truncated,
-                   "stopped": stats.stopped},
+                   "stopped": stats.stopped,
+                   # a resumed evaluation: what the earlier sessions finished (seconds up to their last puzzle);
+                   # the other figures above are this session's
+                   **({"sessions": len(earlier) + 1, "earlier_sessions": earlier} if earlier else {})},
         "totals": totals(rows, samples),
         # puzzles that could not be scored: counted as unsolved in the totals, named here
         "errored": [{"id": r["id"], "completions": r["errored"], "error": r["error"]} for r in rows if "error" in r],
         **report_extra,
         "puzzles": rows,
     }
+
+
+def open_journal(out: Path, puzzles: list[Puzzle], plan: SamplingPlan, **asked: Any) -> Journal:
+    """The journal of the evaluation that writes `out` (OUT.journal.jsonl beside it): who was
+    asked and how (`asked`: model, adapter, dtype, prompt, JSON-ready), the plan and the
+    puzzles; an interrupted evaluation's rows when it is the same one, JournalError otherwise."""
+    header = {**asked, "plan": dataclasses.asdict(plan), "puzzles": [p.id for p in puzzles]}
+    return Journal.open(journal_path(out), header, what="evaluation")
+
+
+def _journalled(model: Any, tokenizer: Any, env: CodeFixEnv, todo: list[Puzzle], plan: SamplingPlan,
+                progress: bool, journal: Journal) -> SampleStats:
+    """Sample the puzzles `todo` single-turn, each puzzle's row going to the journal as soon as
+    its K answers are scored; returns the sampling totals."""
+    if not todo:
+        return SampleStats()
+
+    def finished(p: int, group: list[Episode]) -> None:
+        journal.add(puzzle_row(todo[p], group, plan.group_size, getattr(env, "split", None)))
+
+    driver = plan_driver(model, tokenizer, env, todo, plan, progress, "eval")
+    return driver.run(Groups(open_groups(driver, plan), plan, finished))
+
+
+def puzzle_row(puzzle: Puzzle, group: list[Episode], samples: int, split: Any = None) -> dict[str, Any]:
+    """A puzzle's row of the report: its K episodes' solves, pass@1 and pass@K, mean reward and
+    every completion (`split`: the env's test split of multi-turn evaluations)."""
+    solved = sum(r.solved for r in group)
+    errors = [r.error for r in group if r.error]
+    return {
+        "id": puzzle.id, "tier": puzzle.tier, "split": puzzle.split, "family": puzzle.family,
+        "samples": len(group), "solved": solved,
+        "pass@1": pass_at_k(len(group), solved, 1),
+        f"pass@{samples}": pass_at_k(len(group), solved, samples),
+        "mean_reward": sum(r.reward for r in group) / len(group),
+        **({"public_tests": list(split.public_indices(puzzle))} if split is not None else {}),
+        **({"errored": len(errors), "error": errors[0]} if errors else {}),
+        "completions": [r.record() for r in group],
+    }
+
+
+class Groups:
+    """A journalled evaluation's policy (single-turn): nothing is held, and once a puzzle's K
+    answers have all finished they are scored together and `finished(p, episodes)` is told,
+    so its row can be recorded before the rest of the batch is done. Scoring sooner changes no
+    sample: the engine never waits on it."""
+
+    def __init__(self, groups: list[list[LiveEpisode]], plan: SamplingPlan,
+                 finished: Callable[[int, list[Episode]], None]):
+        self.groups, self.plan, self.finished = groups, plan, finished
+        self.left = [len(group) for group in groups]
+
+    def answered(self, driver: Driver, live: LiveEpisode) -> None:
+        self.left[live.index] -= 1
+        if self.left[live.index] == 0:
+            group = self.groups[live.index]
+            for answer in group:
+                driver.verdict(answer)
+            self.finished(live.index, [a.episode(driver.puzzles[live.index].id, self.plan.turn_penalty)
+                                       for a in group])
+
+    def decide(self, driver: Driver, live: LiveEpisode) -> Decision:
+        return END  # single-turn: no request is ever held
 
 
 def evaluate_run(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle], cfg: Config, name: str,

@@ -1,21 +1,21 @@
-"""The calibration journal: what a calibration has finished so far, so a killed one resumes.
+"""The journal of a long sampling job, a calibration or an evaluation: what it has finished so
+far, so a killed one resumes.
 
 Calibrating a large pool with a large model on a CPU takes longer than a session (550 puzzles
-with the 1.5B: hours a round), and a calibration report is written only at the end. So each
-puzzle's report row is appended to a journal beside the report as soon as the puzzle is decided,
-and a calibration that finds its journal calibrates only the puzzles it lacks. The journal goes
-once the report is written.
+with the 1.5B: hours a round), and evaluating hundreds of puzzles with it most of one; the
+report is written only at the end. So each puzzle's report row is appended to a journal beside
+the report as soon as the puzzle is finished, and a job that finds its journal samples only the
+puzzles it lacks. The journal goes once the report is written.
 
-One JSON object per line: a header (what was being calibrated: the settings, the puzzles in order
-and who asked, e.g. the model), then a `session` line each time a calibration opens it, then a
+One JSON object per line: a header (what was being done: the settings, the puzzles in order
+and who asked, e.g. the model), then a `session` line each time a job opens it, then a
 `row` line per finished puzzle with the seconds since its session began. A journal whose header
-differs from today's calibration is refused, never mixed in.
+differs from today's job is refused, never mixed in.
 
 Resuming is not replaying: the puzzles left are sampled by a new engine from the same seed, so
-their answers differ from the ones an uninterrupted calibration would have drawn (the method,
+their answers can differ from the ones an uninterrupted job would have drawn (the method,
 rounds and settings are the same). The report says how many sessions it took.
 """
-
 from __future__ import annotations
 
 import json
@@ -30,11 +30,11 @@ SUFFIX = ".journal.jsonl"
 
 
 class JournalError(ValueError):
-    """A journal that belongs to another calibration or cannot be read; the message is one line."""
+    """A journal that belongs to another job or cannot be read; the message is one line."""
 
 
 def journal_path(report: Path) -> Path:
-    """The journal of the calibration that writes `report` (calibration.json: calibration.journal.jsonl)."""
+    """The journal of the job that writes `report` (calibration.json: calibration.journal.jsonl)."""
     return report.with_name(report.stem + SUFFIX)
 
 
@@ -44,16 +44,17 @@ class Journal:
     sessions' totals; `add` appends a finished puzzle's row."""
 
     path: Path
+    what: str = "calibration"  # the job, as messages name it (calibration, evaluation)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     earlier: list[dict[str, Any]] = field(default_factory=list)  # per earlier session: seconds, puzzles, tokens
     started: float = field(default_factory=time.perf_counter)  # this session's start
 
     @classmethod
-    def open(cls, path: Path, header: dict[str, Any]) -> Journal:
-        """Open the journal at `path` for the calibration that `header` describes (JSON-ready),
-        creating it, or reading back what an interrupted calibration of the same header finished.
-        Raises JournalError for another header."""
-        journal = cls(path)
+    def open(cls, path: Path, header: dict[str, Any], what: str = "calibration") -> Journal:
+        """Open the journal at `path` for the job (`what`: calibration, evaluation) that `header`
+        describes (JSON-ready), creating it, or reading back what an interrupted job of the same
+        header finished. Raises JournalError for another header."""
+        journal = cls(path, what)
         if path.is_file():
             journal._read(header)
         else:
@@ -71,16 +72,16 @@ class Journal:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 if n == len(lines) - 1:
-                    break  # the last line, cut off by the kill: that puzzle is calibrated again
-                raise JournalError(f"{self.path}: line {n + 1} is not JSON; delete the file to calibrate from the "
-                                   "start") from None
+                    break  # the last line, cut off by the kill: that puzzle is sampled again
+                raise JournalError(f"{self.path}: line {n + 1} is not JSON; delete the file to start the {self.what} "
+                                   "from the beginning") from None
         if not records or "header" not in records[0]:
-            raise JournalError(f"{self.path}: not a calibration journal; delete it to calibrate from the start")
+            raise JournalError(f"{self.path}: not a journal; delete it to start the {self.what} from the beginning")
         if records[0]["header"] != header:
             theirs = records[0]["header"]
             differ = sorted(k for k in {*theirs, *header} if theirs.get(k) != header.get(k))
-            raise JournalError(f"{self.path}: an unfinished calibration of other {', '.join(differ)}; delete it to "
-                               "calibrate from the start")
+            raise JournalError(f"{self.path}: an unfinished {self.what} of other {', '.join(differ)}; delete it to "
+                               f"start the {self.what} from the beginning")
         if text and not text.endswith("\n"):  # cut off mid-line: rewrite it whole before appending after it
             self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
         for record in records[1:]:
@@ -100,12 +101,12 @@ class Journal:
         self.rows[row["id"]] = row
 
     def close(self) -> None:
-        """The calibration's report is written: the journal has served."""
+        """The job's report is written: the journal has served."""
         self.path.unlink(missing_ok=True)
 
 
 def progress(path: Path) -> tuple[int, int] | None:
-    """(puzzles finished, puzzles in all) of the unfinished calibration journalled at `path`,
+    """(puzzles finished, puzzles in all) of the unfinished job journalled at `path`,
     or None when there is none (cheap enough for a dry run: no MLX)."""
     if not path.is_file():
         return None
