@@ -290,6 +290,7 @@ def test_a_journalled_evaluation_answers_the_same_and_resumes_from_its_journal(t
     assert all(by_id[r["id"]] == r for r in first)  # kept as recorded, not sampled again
     timing = resumed["timing"]
     assert timing["sessions"] == 2 and timing["earlier_sessions"][0]["puzzles"] == 2
+    assert timing["seconds"] > timing["earlier_sessions"][0]["seconds"] > 0  # every sitting's time
     assert timing["generated_tokens"] == sum(c["num_tokens"] for r in resumed["puzzles"] for c in r["completions"])
     with pytest.raises(JournalError, match="unfinished evaluation of other model"):
         Journal.open(killed, {**header, "model": "other"}, what="evaluation")

@@ -53,7 +53,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
 
     `journal` (single-turn, no best-of-n): each puzzle's row is recorded there as soon as its K
     answers are scored, and the puzzles it already holds are not sampled again (`rl.journal`);
-    `timing` then counts every session's tokens and says how many sessions there were."""
+    `timing` then counts every sitting's seconds and tokens and says how many there were."""
     start = time.perf_counter()
     samples, turns = plan.group_size, plan.max_turns
     split = getattr(env, "split", None)
@@ -77,14 +77,14 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
         "settings": {"samples": samples, "temperature": plan.temperature, "max_tokens": plan.max_tokens,
                      "seed": plan.seed, "stop_after_answer": plan.stop_after_answer,
                      **({"turns": turns, "split": dataclasses.asdict(split)} if turns > 1 else {})},
-        "timing": {"seconds": time.perf_counter() - start, "sampling_seconds": stats.seconds,
-                   "prefill_seconds": stats.prefill_seconds,
+        # a resumed evaluation: seconds and tokens count every sitting (an earlier one up to its last
+        # finished puzzle: what came after was lost), the other figures this sitting's alone
+        "timing": {"seconds": time.perf_counter() - start + sum(e["seconds"] for e in earlier),
+                   "sampling_seconds": stats.seconds, "prefill_seconds": stats.prefill_seconds,
                    "generated_tokens": stats.generated_tokens + sum(e["generated_tokens"] for e in earlier),
                    "tokens_per_second": stats.tokens_per_second,
                    "peak_memory_gb": stats.peak_memory_gb, "truncated": stats.truncated,
                    "stopped": stats.stopped,
-                   # a resumed evaluation: what the earlier sessions finished (seconds up to their last puzzle);
-                   # the other figures above are this session's
                    **({"sessions": len(earlier) + 1, "earlier_sessions": earlier} if earlier else {})},
         "totals": totals(rows, samples),
         # puzzles that could not be scored: counted as unsolved in the totals, named here
