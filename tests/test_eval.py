@@ -322,3 +322,24 @@ def test_the_eval_command_resumes_a_killed_evaluation_with_the_same_out(tiny_mod
     report = json.loads(out.read_text())
     assert [r["id"] for r in report["puzzles"]] == easy_ids and report["timing"]["sessions"] == 2
     assert not journal_path(out).exists()
+
+
+def test_an_evaluation_journal_is_refused_once_its_adapter_was_rewritten(tmp_path):
+    """A run that trained on after a killed evaluation of its adapters rewrote them in place:
+    the journal's rows were answers of other weights."""
+    import os
+
+    from mlx_swe_rl.rl.evaluation import open_journal
+    from mlx_swe_rl.rl.journal import JournalError
+
+    adapter = tmp_path / "run"
+    adapter.mkdir()
+    (adapter / "adapters.safetensors").write_bytes(b"step 10")
+    puzzles = load_puzzles(tiers=["easy"])[:2]
+    plan = SamplingPlan(1, 0.0, 8)
+    open_journal(tmp_path / "e.json", puzzles, plan, adapter=adapter, model="m").add({"id": puzzles[0].id, "completions": []})
+    assert list(open_journal(tmp_path / "e.json", puzzles, plan, adapter=adapter, model="m").rows) == [puzzles[0].id]
+    (adapter / "adapters.safetensors").write_bytes(b"step 20")
+    os.utime(adapter / "adapters.safetensors", ns=(1, 2))
+    with pytest.raises(JournalError, match="of other adapter_files"):
+        open_journal(tmp_path / "e.json", puzzles, plan, adapter=adapter, model="m")

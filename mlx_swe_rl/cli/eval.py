@@ -54,7 +54,7 @@ def main(model_spec: str, adapter: Path | None, dtype: str, puzzle_dir: Path | N
     journal = None
     if out is not None and turns == 1:  # a killed evaluation with a named report resumes from its journal
         try:
-            journal = open_journal(out, puzzles, plan, model=model_spec, adapter=adapter and str(adapter), dtype=dtype,
+            journal = open_journal(out, puzzles, plan, model=model_spec, adapter=adapter, dtype=dtype,
                                    format=answer_format, prompt=dataclasses.asdict(style or PromptStyle()))
         except JournalError as exc:
             fail(str(exc))

@@ -203,7 +203,7 @@ def evaluate_piece(piece, progress: bool, log: Callable[[str], None]) -> None:
     if piece.journalled:  # a killed evaluation resumes from the puzzles it finished
         try:
             journal = open_journal(piece.out, puzzles, plan, model=cfg.model.spec,
-                                   adapter=piece.adapter and str(piece.adapter), dtype=cfg.model.dtype,
+                                   adapter=piece.adapter, dtype=cfg.model.dtype,
                                    prompt=dataclasses.asdict(cfg.prompt))
         except JournalError as exc:
             fail(f"{piece.name}: {exc}")

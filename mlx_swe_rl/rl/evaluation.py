@@ -94,11 +94,17 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
     }
 
 
-def open_journal(out: Path, puzzles: list[Puzzle], plan: SamplingPlan, **asked: Any) -> Journal:
+def open_journal(out: Path, puzzles: list[Puzzle], plan: SamplingPlan, adapter: Path | None = None,
+                 **asked: Any) -> Journal:
     """The journal of the evaluation that writes `out` (OUT.journal.jsonl beside it): who was
-    asked and how (`asked`: model, adapter, dtype, prompt, JSON-ready), the plan and the
-    puzzles; an interrupted evaluation's rows when it is the same one, JournalError otherwise."""
-    header = {**asked, "plan": dataclasses.asdict(plan), "puzzles": [p.id for p in puzzles]}
+    asked and how (`adapter`, and `asked`: model, dtype, prompt, JSON-ready), the plan and the
+    puzzles; an interrupted evaluation's rows when it is the same one, JournalError otherwise.
+    The adapter counts by its weight files' sizes and times too: a run that trained on in
+    between (its adapters rewritten in place) is another evaluation."""
+    weights = sorted(Path(adapter).glob("*.safetensors")) if adapter is not None else []
+    header = {**asked, "adapter": adapter and str(adapter),
+              "adapter_files": [[w.name, w.stat().st_size, w.stat().st_mtime_ns] for w in weights],
+              "plan": dataclasses.asdict(plan), "puzzles": [p.id for p in puzzles]}
     return Journal.open(journal_path(out), header, what="evaluation")
 
 
