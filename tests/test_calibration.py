@@ -375,9 +375,12 @@ def test_a_journal_of_another_calibration_is_refused(tmp_path):
 
     path = tmp_path / "c.journal.jsonl"
     Journal.open(path, {"model": "a", "settings": {"rounds": 2}, "puzzles": ["x"]})
+    # it finished nothing (killed while loading, say): nothing is lost by starting another calibration there
+    Journal.open(path, {"model": "a", "settings": {"rounds": 3}, "puzzles": ["x"]}).add({"id": "x", "completions": []})
     with pytest.raises(JournalError) as info:
         Journal.open(path, {"model": "a", "settings": {"rounds": 4}, "puzzles": ["x"]})
     assert str(path) in str(info.value) and "of other settings" in str(info.value) and "\n" not in str(info.value)
+    assert list(Journal.open(path, {"model": "a", "settings": {"rounds": 3}, "puzzles": ["x"]}).rows) == ["x"]
     path.write_text("{not json\n{}\n")
     with pytest.raises(JournalError, match="line 1 is not JSON"):
         Journal.open(path, {"puzzles": ["x"]})
@@ -400,7 +403,8 @@ def test_a_line_cut_off_by_the_kill_is_dropped(tmp_path):
 def test_calibrate_command_resumes_and_refuses_another_journal(tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "cal.json"
     journal = tmp_path / "cal.journal.jsonl"
-    journal.write_text(json.dumps({"header": {"model": "another"}}) + "\n")
+    journal.write_text(json.dumps({"header": {"model": "another"}}) + "\n"
+                       + json.dumps({"row": {"id": "x", "completions": []}, "elapsed": 1.0}) + "\n")
     result = invoke(main, rollout_args(tiny_model_dir, out))
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert str(journal) in result.output and "unfinished calibration of other" in result.output

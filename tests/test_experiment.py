@@ -977,3 +977,16 @@ def test_a_curve_with_steps_that_recorded_nothing_still_shows_the_others():
     assert recorded([0.0, None, 0.006, None, 0.011]) == ([1, 3, 5], [0.0, 0.006, 0.011])
     assert recorded([None, None]) == ([], [])  # beta 0: nothing to draw
 
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs/experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_committed_experiments_ask_built_in_models(path, monkeypatch):
+    """Every run and evaluation of a committed experiment file names a built-in model (offline, no
+    hub): configs/grpo.yaml names the hub's repo id, which a machine without the hub cannot load
+    (prompts-qwen15.yaml did, and stopped at its first evaluation)."""
+    from mlx_swe_rl.models.specs import BUILTIN_MODELS
+
+    monkeypatch.chdir(REPO)
+    pieces = plan_pieces(load(path, cli))
+    specs = {p.config.model.spec for p in pieces if isinstance(p, (RunPiece, EvalPiece))}
+    assert specs and specs <= set(BUILTIN_MODELS), specs

@@ -144,7 +144,7 @@ class EvalPiece:
     def state(self) -> str:
         if self.done():
             return "kept"
-        if evaluated := self.evaluated():
+        if (evaluated := self.evaluated()) and evaluated[0]:
             return f"resumes its evaluation (K = {self.eval_set.samples}, {evaluated[0]} of {evaluated[1]} puzzles done)"
         waits = self.elsewhere and self.adapter is not None and not self.adapter.is_dir()
         needs = f"; needs {self.adapter}, not there yet" if waits else ""

@@ -77,6 +77,9 @@ class Journal:
                                    "from the beginning") from None
         if not records or "header" not in records[0]:
             raise JournalError(f"{self.path}: not a journal; delete it to start the {self.what} from the beginning")
+        if records[0]["header"] != header and not any("row" in r for r in records[1:]):
+            self.path.write_text(json.dumps({"header": header}) + "\n")  # it finished nothing: nothing to keep
+            return
         if records[0]["header"] != header:
             theirs = records[0]["header"]
             differ = sorted(k for k in {*theirs, *header} if theirs.get(k) != header.get(k))
