@@ -10,12 +10,14 @@ puzzles it lacks. The journal goes once the report is written.
 One JSON object per line: a header (what was being done: the settings, the puzzles in order
 and who asked, e.g. the model), then a `session` line each time a job opens it, then a
 `row` line per finished puzzle with the seconds since its session began. A journal whose header
-differs from today's job is refused, never mixed in.
+differs from today's job is refused, never mixed in (one that finished no puzzle is replaced:
+there is nothing in it to keep).
 
 Resuming is not replaying: the puzzles left are sampled by a new engine from the same seed, so
 their answers can differ from the ones an uninterrupted job would have drawn (the method,
 rounds and settings are the same). The report says how many sessions it took.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,7 +55,7 @@ class Journal:
     def open(cls, path: Path, header: dict[str, Any], what: str = "calibration") -> Journal:
         """Open the journal at `path` for the job (`what`: calibration, evaluation) that `header`
         describes (JSON-ready), creating it, or reading back what an interrupted job of the same
-        header finished. Raises JournalError for another header."""
+        header finished. Raises JournalError for another header, unless that job finished nothing."""
         journal = cls(path, what)
         if path.is_file():
             journal._read(header)
