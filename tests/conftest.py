@@ -46,3 +46,30 @@ def qwen_tokenizer(qwen_header_dir):
     from mlx_lm.utils import load_tokenizer
 
     return load_tokenizer(qwen_header_dir)
+
+
+@pytest.fixture
+def journal_killed_after(monkeypatch):
+    """`with journal_killed_after(n, error):` inside the block, a calibration or evaluation dies
+    (raises `error`) right after its journal records its n-th puzzle, as a kill between two
+    puzzles leaves it; the journal records normally again after the block."""
+    import contextlib
+
+    from mlx_swe_rl.rl.journal import Journal
+
+    @contextlib.contextmanager
+    def killed(n: int, error: type[BaseException] = KeyboardInterrupt):
+        add = Journal.add
+
+        def add_then_die(self, row):
+            add(self, row)
+            if len(self.rows) == n:
+                raise error
+
+        monkeypatch.setattr(Journal, "add", add_then_die)
+        try:
+            yield
+        finally:
+            monkeypatch.setattr(Journal, "add", add)
+
+    return killed

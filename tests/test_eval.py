@@ -299,21 +299,13 @@ def test_a_journalled_evaluation_answers_the_same_and_resumes_from_its_journal(t
 
 
 def test_the_eval_command_resumes_a_killed_evaluation_with_the_same_out(tiny_model_dir, tmp_path, easy_ids,
-                                                                         monkeypatch):
-    from mlx_swe_rl.rl.journal import Journal, journal_path
+                                                                         journal_killed_after):
+    from mlx_swe_rl.rl.journal import journal_path
 
     out = tmp_path / "e.json"
     args = ["--model", tiny_model_dir, "--tiers", "easy", "--max-tokens", 6, "--out", out, "--workers", 2]
-    add = Journal.add
-
-    def dies_after_two(self, row):
-        add(self, row)
-        if len(self.rows) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(Journal, "add", dies_after_two)
-    assert invoke(args).exit_code != 0 and not out.exists()
-    monkeypatch.setattr(Journal, "add", add)
+    with journal_killed_after(2):
+        assert invoke(args).exit_code != 0 and not out.exists()
     other = invoke([*args[:5], 7, *args[6:]])  # another token limit: not the killed evaluation
     assert other.exit_code == 1 and "unfinished evaluation of other plan" in other.output
     result = invoke(args)

@@ -495,23 +495,16 @@ def test_a_run_killed_mid_way_resumes_and_nothing_is_done_twice(tmp_path, tiny_m
     assert calls == [False, True]
 
 
-def test_an_evaluation_killed_mid_way_resumes_from_the_puzzles_it_finished(tmp_path, tiny_model_dir, monkeypatch):
+def test_an_evaluation_killed_mid_way_resumes_from_the_puzzles_it_finished(tmp_path, tiny_model_dir,
+                                                                           journal_killed_after):
     """The base model's evaluation killed after its first finished puzzle: a dry run says so, and
     the command run again samples only the others, into one report of every puzzle."""
-    from mlx_swe_rl.rl.journal import Journal, journal_path
+    from mlx_swe_rl.rl.journal import journal_path
 
     path = tiny_run_file(tmp_path, tiny_model_dir, steps=1, workers=2)
     piece = next(p for p in plan_pieces(load(path, cli)) if isinstance(p, EvalPiece) and p.model == "base")
-    add = Journal.add
-
-    def dies_after_one(self, row):
-        add(self, row)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(Journal, "add", dies_after_one)
-    with pytest.raises(KeyboardInterrupt):
+    with journal_killed_after(1), pytest.raises(KeyboardInterrupt):
         run_pieces([piece], cli, progress=False, log=lambda _: None)
-    monkeypatch.setattr(Journal, "add", add)
     total = len(piece.puzzles())
     assert not piece.done() and piece.state() == f"resumes its evaluation (K = 1, 1 of {total} puzzles done)"
     lines = []

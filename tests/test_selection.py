@@ -154,26 +154,19 @@ class Killed(Exception):
     pass
 
 
-def test_a_run_killed_while_calibrating_resumes_its_calibration(tmp_path, tiny_model_dir, chosen, monkeypatch):
+def test_a_run_killed_while_calibrating_resumes_its_calibration(tmp_path, tiny_model_dir, chosen, monkeypatch,
+                                                                 journal_killed_after):
     """Calibrating a large pool takes longer than a session: --resume calibrates only the puzzles
     the killed run had not finished (its journal), and a new run starts over."""
-    from mlx_swe_rl.rl.journal import Journal, progress
+    from mlx_swe_rl.rl.journal import progress
 
     cfg = mixed_cfg(tmp_path, tiny_model_dir, "killed", "train.steps=1")
     journal = cfg.run_dir / "calibration.journal.jsonl"
-    add = Journal.add
-
-    def add_then_die(self, row):
-        add(self, row)
-        if len(self.rows) == 5:
-            raise Killed
-    monkeypatch.setattr(Journal, "add", add_then_die)
-    with pytest.raises(Killed):
+    with journal_killed_after(5, Killed), pytest.raises(Killed):
         train(cfg, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
     assert progress(journal) == (5, 12) and not (cfg.run_dir / "calibration.json").exists()
     done = {json.loads(line)["row"]["id"] for line in journal.read_text().splitlines()[2:]}
 
-    monkeypatch.setattr(Journal, "add", add)
     calls = spy_calibrate(monkeypatch)
     logs: list[str] = []
     result = train(cfg, env=PuzzleEnv(chosen), progress=False, log=logs.append, resume=True)
@@ -187,9 +180,7 @@ def test_a_run_killed_while_calibrating_resumes_its_calibration(tmp_path, tiny_m
 
     # the same run started again without --resume calibrates from the start
     cfg2 = mixed_cfg(tmp_path, tiny_model_dir, "fresh", "train.steps=1")
-    monkeypatch.setattr(Journal, "add", add_then_die)
-    with pytest.raises(Killed):
+    with journal_killed_after(5, Killed), pytest.raises(Killed):
         train(cfg2, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
-    monkeypatch.setattr(Journal, "add", add)
     train(cfg2, env=PuzzleEnv(chosen), progress=False, log=lambda _: None)
     assert "earlier_sessions" not in json.loads((cfg2.run_dir / "calibration.json").read_text())["timing"]

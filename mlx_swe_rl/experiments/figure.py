@@ -24,7 +24,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     variants = list(dict.fromkeys(entry["variant"] for entry in result["runs"].values()))
     seeds = sorted({entry["seed"] for entry in result["runs"].values()})
     for run, entry in result["runs"].items():
-        colour, style = f"C{variants.index(entry['variant'])}", STYLES[seeds.index(entry["seed"]) % len(STYLES)]
+        colour, style = _look(entry, variants, seeds)
         for ax, (key, _, _) in zip(axes, panels):
             steps, shown = recorded(entry["curves"][key])
             if not steps:
@@ -47,6 +47,11 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def _look(entry: dict[str, Any], variants: list[str], seeds: list[int]) -> tuple[str, str]:
+    """A run's colour (its variant's) and line style (its seed's), the same in every panel."""
+    return f"C{variants.index(entry['variant'])}", STYLES[seeds.index(entry["seed"]) % len(STYLES)]
+
+
 def recorded(values: list[float | None]) -> tuple[list[int], list[float]]:
     """The steps (from 1) of a per-step curve that recorded a value, and those values. None is a
     step with nothing recorded: beta 0 records no KL, and a step with no group to learn from
@@ -64,8 +69,7 @@ def _per_token(ax: Any, result: dict[str, Any], variants: list[str], seeds: list
         points = [(t, r) for t, r in zip(curves.get("tokens_total", []), curves["reward_mean"])
                   if t is not None and r is not None]  # histories from before tokens_total have no place here
         if points:
-            colour = f"C{variants.index(entry['variant'])}"
-            style = STYLES[seeds.index(entry["seed"]) % len(STYLES)]
+            colour, style = _look(entry, variants, seeds)
             ax.plot([t for t, _ in points], smooth([r for _, r in points]), style, color=colour, label=run,
                     marker="o", markersize=3)
     ax.set(title="training reward per sampled token", xlabel="model tokens sampled (cumulative)", ylabel="reward")

@@ -68,7 +68,7 @@ def evaluate(model: Any, tokenizer: Any, env: CodeFixEnv, puzzles: list[Puzzle],
             report_extra["multi_turn"] = turn_totals([r for g in batch.groups for r in g], turns)
     else:
         stats = _journalled(model, tokenizer, env, [p for p in puzzles if p.id not in journal.rows], plan,
-                            progress, journal)
+                            progress, journal, split)
         rows = [journal.rows[p.id] for p in puzzles]
     if best_of_n:
         report_extra["best_of_n"] = best_of_public(model, tokenizer, env, puzzles, plan, progress=progress)
@@ -109,14 +109,15 @@ def open_journal(out: Path, puzzles: list[Puzzle], plan: SamplingPlan, adapter: 
 
 
 def _journalled(model: Any, tokenizer: Any, env: CodeFixEnv, todo: list[Puzzle], plan: SamplingPlan,
-                progress: bool, journal: Journal) -> SampleStats:
+                progress: bool, journal: Journal, split: Any = None) -> SampleStats:
     """Sample the puzzles `todo` single-turn, each puzzle's row going to the journal as soon as
-    its K answers are scored; returns the sampling totals."""
+    its K answers are scored (`split`: the env's test split, as `puzzle_row` takes it); returns
+    the sampling totals."""
     if not todo:
         return SampleStats()
 
     def finished(p: int, group: list[Episode]) -> None:
-        journal.add(puzzle_row(todo[p], group, plan.group_size, getattr(env, "split", None)))
+        journal.add(puzzle_row(todo[p], group, plan.group_size, split))
 
     driver = plan_driver(model, tokenizer, env, todo, plan, progress, "eval")
     return driver.run(Groups(open_groups(driver, plan), plan, finished))
